@@ -1,0 +1,28 @@
+"""Intel GPU (XPU) support for PyTorch Lightning.
+
+`import lightning_xpu` is cheap (no torch, no Lightning): it patches the Lightning namespaces already imported and
+hooks the import of the others. `LIGHTNING_XPU_DISABLE=1` turns all patching off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_xpu import _autoload
+from lightning_xpu._apply import apply_to_imported
+
+__version__ = "0.1.0"
+__all__ = ["XPUAccelerator", "__version__"]
+
+_autoload.install()
+apply_to_imported()
+
+
+def __getattr__(name: str) -> Any:
+    # Resolved lazily so that importing lightning_xpu does not import Lightning.
+    if name == "XPUAccelerator":
+        from lightning_xpu._namespaces import default_namespace
+        from lightning_xpu.accelerator import accelerator_class
+
+        return accelerator_class(default_namespace())
+    raise AttributeError(f"module 'lightning_xpu' has no attribute {name!r}")

@@ -1,0 +1,39 @@
+"""Applies every patch to a Lightning namespace, once. Each patch module offers `apply_fabric(ns)` and/or
+`apply_pytorch(ns)`; the order below is the order Lightning consults them."""
+
+from __future__ import annotations
+
+import importlib
+
+from lightning_xpu._autoload import disabled
+from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces_for
+
+# Modules holding `apply_fabric(namespace)`; applied to lightning.fabric and lightning_fabric.
+FABRIC_PATCHES: tuple[str, ...] = ("lightning_xpu.registration",)
+# Modules holding `apply_pytorch(namespace)`; applied to lightning.pytorch and pytorch_lightning.
+PYTORCH_PATCHES: tuple[str, ...] = ("lightning_xpu.registration",)
+
+_done: set[tuple[str, str]] = set()
+
+
+def apply(namespace: Namespace) -> None:
+    if disabled():
+        return
+    if ("fabric", namespace.fabric) not in _done:
+        _done.add(("fabric", namespace.fabric))
+        for name in FABRIC_PATCHES:
+            importlib.import_module(name).apply_fabric(namespace)
+    if namespace.pytorch is not None and ("pytorch", namespace.pytorch) not in _done:
+        _done.add(("pytorch", namespace.pytorch))
+        for name in PYTORCH_PATCHES:
+            importlib.import_module(name).apply_pytorch(namespace)
+
+
+def apply_for_top_level(top_level: str) -> None:
+    for namespace in namespaces_for(top_level):
+        apply(namespace)
+
+
+def apply_to_imported() -> None:
+    for namespace in imported_namespaces():
+        apply(namespace)

@@ -1,0 +1,93 @@
+"""`XPUAccelerator`: Lightning's Accelerator API for Intel GPUs, built once per Lightning namespace.
+
+Lightning's Trainer and Fabric check `isinstance(accelerator, <their own Accelerator>)`, and `lightning` and the
+standalone `pytorch_lightning`/`lightning_fabric` packages have distinct base classes, so the same methods are
+mixed into a subclass of each namespace's base class.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from lightning_xpu import device as xpu
+from lightning_xpu._namespaces import Namespace
+
+
+class _XPUAcceleratorMethods:
+    """The whole accelerator; mixed in front of Lightning's Accelerator base class."""
+
+    def setup_device(self, device: torch.device) -> None:
+        if device.type != "xpu":
+            raise ValueError(f"Device should be xpu, got {device} instead")
+        index = 0 if device.index is None else device.index
+        count = xpu.xpu_device_count()
+        if index >= count:
+            raise RuntimeError(
+                f"{device} is not visible to this process ({count} XPU device(s))." + xpu.affinity_hint()
+            )
+        torch.xpu.set_device(device)
+
+    def setup(self, trainer: Any) -> None:
+        """Trainer hook; XPU needs nothing beyond `setup_device`."""
+
+    def teardown(self) -> None:
+        torch.xpu.empty_cache()
+
+    def get_device_stats(self, device: Any) -> dict[str, Any]:
+        """Memory statistics with the same keys as CUDA's (`allocated_bytes.all.current`, ...)."""
+        return dict(torch.xpu.memory_stats(device))
+
+    @staticmethod
+    def parse_devices(devices: Any) -> list[int] | None:
+        return xpu.parse_device_indices(devices)
+
+    @staticmethod
+    def get_parallel_devices(devices: list[int]) -> list[torch.device]:
+        return [torch.device("xpu", index) for index in devices]
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return xpu.xpu_device_count()
+
+    @staticmethod
+    def is_available() -> bool:
+        return xpu.xpu_available()
+
+    @staticmethod
+    def name() -> str:
+        return "xpu"
+
+    @classmethod
+    def register_accelerators(cls, accelerator_registry: Any) -> None:
+        accelerator_registry.register("xpu", cls, description=cls.__name__)
+
+
+@functools.cache
+def fabric_accelerator_class(namespace: Namespace) -> type:
+    """XPUAccelerator for Fabric (`lightning.fabric` or `lightning_fabric`)."""
+    base = namespace.fabric_module("accelerators.accelerator").Accelerator
+    return type("XPUAccelerator", (_XPUAcceleratorMethods, base), {"__module__": __name__})
+
+
+@functools.cache
+def pytorch_accelerator_class(namespace: Namespace) -> type:
+    """XPUAccelerator for the Trainer; it is also a Fabric accelerator of the same namespace."""
+    base = namespace.pytorch_module("accelerators.accelerator").Accelerator
+    return type("XPUAccelerator", (_XPUAcceleratorMethods, base), {"__module__": __name__})
+
+
+def accelerator_class(namespace: Namespace) -> type:
+    if namespace.pytorch is None:
+        return fabric_accelerator_class(namespace)
+    return pytorch_accelerator_class(namespace)
+
+
+def is_xpu_accelerator(accelerator: Any) -> bool:
+    """True for the string "xpu" and for any of our accelerator instances or classes."""
+    if isinstance(accelerator, str):
+        return accelerator == "xpu"
+    cls = accelerator if isinstance(accelerator, type) else type(accelerator)
+    return issubclass(cls, _XPUAcceleratorMethods)
