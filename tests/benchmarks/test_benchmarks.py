@@ -1,0 +1,71 @@
+"""The benchmark scripts run end to end at a tiny size, so they cannot rot. No timing is asserted: only that each
+script produces every figure it promises, computed from what it measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+TINY = ["--samples", "32", "--epochs", "2", "--repeats", "1", "--d-model", "32", "--heads", "2", "--layers", "1"]
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
+
+
+def run(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_benchmark_has_help(script: str) -> None:
+    done = run(script, "--help", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+def test_train_overhead_reports_all_variants_and_ratios(tmp_path: Path) -> None:
+    out = tmp_path / "train.json"
+    done = run("train_overhead.py", "--device", "cpu", "--precision", "both", *TINY, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    for precision in ("32-true", "bf16-mixed"):
+        stats = result["precisions"][precision]["epoch_seconds"]
+        assert set(stats) == {"raw", "lightning", "lightning_xpu"}
+        assert all(s["n"] == 1 and s["median"] > 0 for s in stats.values())
+        ratios = result["precisions"][precision]["ratios"]
+        assert ratios["lightning_xpu/lightning"] == stats["lightning_xpu"]["median"] / stats["lightning"]["median"]
+    assert set(result["bf16_over_fp32"]) == {"raw", "lightning", "lightning_xpu"}
+    assert "lightning_xpu/lightning" in done.stdout
+
+
+def test_train_overhead_rejects_a_single_epoch() -> None:
+    done = run("train_overhead.py", "--epochs", "1", timeout=60)
+    assert done.returncode == 2
+    assert "--epochs must be at least 2" in done.stderr
+
+
+def test_ddp_scaling_reports_efficiency_for_both_variants(tmp_path: Path) -> None:
+    out = tmp_path / "ddp.json"
+    done = run("ddp_scaling.py", "--device", "cpu", "--devices", "2", *TINY, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["epoch_seconds"]) == {"lightning@1", "lightning@2", "lightning_xpu@1", "lightning_xpu@2"}
+    for variant in ("lightning", "lightning_xpu"):
+        expected = result["samples_per_second"][f"{variant}@2"] / (2 * result["samples_per_second"][f"{variant}@1"])
+        assert result["efficiency"][variant] == pytest.approx(expected)
+
+
+def test_startup_reports_import_costs(tmp_path: Path) -> None:
+    out = tmp_path / "startup.json"
+    done = run("startup.py", "--repeats", "1", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["import_seconds"]) == {"lightning", "lightning+lightning_xpu", "hook (.pth) + lightning"}
+    assert result["lightning_xpu_importtime_seconds"]["median"] > 0
+    assert set(result["byte_compilation"]) == {"no byte-compiled files", "byte-compiled"}
