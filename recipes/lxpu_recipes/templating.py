@@ -1,0 +1,99 @@
+"""Jinja2 set-up: StrictUndefined (an undefined variable fails the render, naming template and line), quoting
+filters for shell, Lua and YAML, and verbatim inclusion of the install engine."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .errors import RecipeError
+
+# Files under this directory are bash written by hand (the install engine): included verbatim, never parsed
+# as Jinja, since bash text such as ${#array[@]} holds Jinja's comment marker.
+VERBATIM_DIR = "install/"
+
+
+class _Loader(jinja2.FileSystemLoader):
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        source, filename, uptodate = super().get_source(environment, template)
+        if template.startswith(VERBATIM_DIR):
+            if "{% endraw %}" in source:
+                raise RecipeError(f"{filename}: must not contain '{{% endraw %}}' (it is included verbatim)")
+            source = "{% raw %}" + source + "{% endraw %}"
+        return source, filename, uptodate
+
+
+def lua_string(value: object) -> str:
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def lua_long(value: object) -> str:
+    """A Lua long bracket string, for help() text."""
+    text = str(value)
+    if "]==]" in text:
+        raise RecipeError(f"text for a Lua long string holds ']==]': {text[:40]!r}")
+    return "[==[\n" + text + "]==]"
+
+
+def yaml_string(value: object) -> str:
+    return json.dumps(str(value))
+
+
+def shell_word(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def shell_path(value: object) -> str:
+    """A path for bash, where a leading $HOME/ stays an expansion and the rest is quoted."""
+    text = str(value)
+    if text.startswith("$HOME/"):
+        return '"$HOME"/' + shlex.quote(text[len("$HOME/") :])
+    return shlex.quote(text)
+
+
+def make_environment(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=_Loader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(sh=shell_word, sh_path=shell_path, lua=lua_string, lua_long=lua_long, yaml=yaml_string)
+    return env
+
+
+def _template_location(exc: BaseException, templates_dir: Path) -> str:
+    root = str(templates_dir.resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(root)]
+    if not frames:
+        return str(templates_dir)
+    frame = frames[-1]
+    return (
+        f"{Path(frame.filename).relative_to(templates_dir.resolve().parent.parent).as_posix()}:{frame.lineno}"
+    )
+
+
+def render(env: jinja2.Environment, templates_dir: Path, name: str, context: dict[str, Any]) -> str:
+    try:
+        return env.get_template(name).render(context)
+    except jinja2.UndefinedError as exc:
+        where = _template_location(exc, templates_dir)
+        raise RecipeError(f"{where}: undefined template variable ({exc.message})") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise RecipeError(f"{exc.filename}:{exc.lineno}: template syntax error: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise RecipeError(f"{templates_dir}: template not found: {exc.name}") from None
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        where = _template_location(exc, templates_dir)
+        raise RecipeError(f"{where}: template error: {type(exc).__name__}: {exc}") from None
