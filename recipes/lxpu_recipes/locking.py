@@ -57,15 +57,13 @@ def _pip_environment(pip_source: str, timeout: int) -> dict[str, str]:
     return env
 
 
-def _resolve(python: Path, requirements: list[str], options: list[str], env: dict[str, str]) -> dict:
+def _resolve(pip: list[str], requirements: list[str], options: list[str], env: dict[str, str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="lxpu-lock-") as scratch:
         req_file = Path(scratch, "requirements.txt")
         req_file.write_text("\n".join(requirements) + "\n")
         report = Path(scratch, "report.json")
         command = [
-            str(python),
-            "-m",
-            "pip",
+            *pip,
             "install",
             "--dry-run",
             "--ignore-installed",
@@ -112,20 +110,38 @@ def _lock_text(version: Version, variant: Variant, report: dict, source_text: st
 
 
 class _Pythons:
-    """One throw-away venv per Python version, with the pip that comes with it."""
+    """Per Python version, the command that runs pip for a throw-away venv of that Python. The venv is made
+    without pip (seconds faster) and driven by the interpreter's own pip (`pip --python`, pip >= 22.3);
+    where the interpreter has no pip, the venv gets its own."""
 
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
-        self.made: dict[str, Path] = {}
+        self.made: dict[str, list[str]] = {}
 
-    def get(self, version: str) -> Path:
+    def pip(self, version: str) -> list[str]:
         if version not in self.made:
             interpreter = shutil.which(f"python{version}")
             if interpreter is None:
                 raise RecipeError(f"no python{version} on PATH to resolve for")
             target = self.scratch / f"py{version}"
-            subprocess.run([interpreter, "-m", "venv", str(target)], check=True, capture_output=True)
-            self.made[version] = target / "bin" / "python"
+            has_pip = (
+                subprocess.run(
+                    [interpreter, "-m", "pip", "--version"], capture_output=True, check=False
+                ).returncode
+                == 0
+            )
+            venv_command = [
+                interpreter,
+                "-m",
+                "venv",
+                *([] if not has_pip else ["--without-pip"]),
+                str(target),
+            ]
+            subprocess.run(venv_command, check=True, capture_output=True)
+            python = str(target / "bin" / "python")
+            self.made[version] = (
+                [interpreter, "-m", "pip", "--python", python] if has_pip else [python, "-m", "pip"]
+            )
         return self.made[version]
 
 
@@ -143,42 +159,91 @@ def _conda_line() -> str:
     )
 
 
+def _pip_error(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]
+    return errors[-1] if errors else (stderr.strip().splitlines() or ["pip failed"])[-1]
+
+
+class _TorchVersions:
+    """The torch versions a set of pip sources offers (`pip index versions torch`), asked once per source set:
+    a recipe whose torch build is not there is reported as such instead of as a resolver conflict."""
+
+    def __init__(self, pythons: _Pythons, env: dict[str, str]) -> None:
+        self.pythons = pythons
+        self.env = env
+        self.known: dict[tuple[str, ...], list[str]] = {}
+
+    def offered(self, python: str, options: list[str]) -> list[str]:
+        key = (python, *options)
+        if key not in self.known:
+            command = [*self.pythons.pip(python), "index", "versions", "torch", *options]
+            done = subprocess.run(command, env=self.env, capture_output=True, text=True, check=False)
+            listed = re.search(r"^Available versions: (.*)$", done.stdout, re.MULTILINE)
+            if done.returncode != 0 or listed is None:
+                raise RecipeError(
+                    f"no torch at all there: unreachable, or no torch ({_pip_error(done.stderr)})"
+                )
+            self.known[key] = listed[1].split(", ")
+        return self.known[key]
+
+
+def _sources(variant: Variant, pip_source: str) -> tuple[list[str], str]:
+    """pip options and a description of where a variant is resolved from."""
+    if pip_source == "system":
+        return [], SYSTEM
+    urls = [s.url for s in variant.sources]
+    options = [f"--index-url={urls[0]}"] + [f"--extra-index-url={u}" for u in urls[1:]]
+    return options, "the recipe's sources: " + " ".join(urls)
+
+
+def _lock_one(
+    recipes: Recipes, version: Version, variant: Variant, request: LockRequest, torches: _TorchVersions
+) -> str:
+    """Lock one (version, variant); return its line of the report. RecipeError: why it could not."""
+    if request.pip_source == "system" and not variant.label:
+        raise RecipeError(
+            f"its torch has no build label, so {SYSTEM} could hand pip a torch of another build; "
+            "lock it with --pip-source recipe"
+        )
+    options, source_text = _sources(variant, request.pip_source)
+    try:
+        pin = next(p for p in variant.pins if p.name == "torch")
+        torch = pin.requirement(variant.label).split("==", 1)[1]
+        offered = torches.offered(version.python, options)
+        if torch not in offered:
+            same_build = [v for v in offered if PepVersion(v).local == (variant.label or None)]
+            raise RecipeError(
+                f"no torch {torch} there (its {variant.label or 'unlabelled'} builds: "
+                f"{', '.join(same_build) or 'none'})"
+            )
+        report = _resolve(torches.pythons.pip(version.python), variant.requirements(), options, torches.env)
+        text = _lock_text(version, variant, report, source_text)
+    except RecipeError as exc:
+        raise RecipeError(f"{source_text}: {exc}") from None
+    path = recipes.lock_path(version.minor, variant.name)
+    path.write_text(text)
+    packages = text.count("--hash=")
+    return (
+        f"locked {version.minor}/{variant.name} -> {recipes.shown(path)} ({packages} packages, {source_text})"
+    )
+
+
 def lock(recipes: Recipes, request: LockRequest) -> LockResults:
     results = LockResults()
     recipes.locks_dir.mkdir(parents=True, exist_ok=True)
     env = _pip_environment(request.pip_source, request.timeout)
+    strict = bool(request.versions and request.variants)
     with tempfile.TemporaryDirectory(prefix="lxpu-lock-venvs-") as scratch:
-        pythons = _Pythons(Path(scratch))
+        torches = _TorchVersions(_Pythons(Path(scratch)), env)
         for version in recipes.select_versions(request.versions):
-            strict = bool(request.versions and request.variants)
             for name in recipes.select_variants(version, request.variants, strict=strict):
-                variant = version.variants[name]
-                what = f"{version.minor}/{name}"
-                if request.pip_source == "system":
-                    if not variant.label:
-                        results.lines.append(
-                            f"not locked {what}: its torch has no build label, so {SYSTEM} could hand pip a "
-                            "torch of another build; lock it with --pip-source recipe"
-                        )
-                        continue
-                    options, source_text = [], SYSTEM
-                else:
-                    urls = [s.url for s in variant.sources]
-                    options = [f"--index-url={urls[0]}"] + [f"--extra-index-url={u}" for u in urls[1:]]
-                    source_text = "the recipe's sources: " + " ".join(urls)
                 try:
-                    report = _resolve(pythons.get(version.python), variant.requirements(), options, env)
-                    text = _lock_text(version, variant, report, source_text)
+                    results.lines.append(
+                        _lock_one(recipes, version, version.variants[name], request, torches)
+                    )
+                    results.written.append(recipes.shown(recipes.lock_path(version.minor, name)))
                 except RecipeError as exc:
-                    results.lines.append(f"not locked {what}: {source_text}: {exc}")
-                    continue
-                path = recipes.lock_path(version.minor, name)
-                path.write_text(text)
-                results.written.append(recipes.shown(path))
-                packages = text.count("--hash=")
-                results.lines.append(
-                    f"locked {what} -> {recipes.shown(path)} ({packages} packages, {source_text})"
-                )
+                    results.lines.append(f"not locked {version.minor}/{name}: {exc}")
     results.lines.append(_conda_line())
     return results
 

@@ -71,16 +71,24 @@ def cases(recipes_: Recipes | None = None) -> list[tuple[str, str, str]]:
     ]
 
 
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
 @pytest.fixture
-def temp_repo(tmp_path: Path) -> Iterator[Path]:
-    """A copy of the repository's recipe inputs and committed renders, safe to edit."""
+def temp_recipes(tmp_path: Path) -> Iterator[Path]:
+    """A repository root holding a copy of recipes/ only, safe to edit."""
     root = tmp_path / "repo"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(RECIPES, root / "recipes", ignore=ignore)
+    shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
+    yield root
+
+
+@pytest.fixture
+def temp_repo(temp_recipes: Path) -> Iterator[Path]:
+    """A copy of the repository's recipe inputs and committed renders, safe to edit."""
     for name in ("scripts", "modulefiles"):
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, root / name, ignore=ignore)
-    yield root
+            shutil.copytree(REPO / name, temp_recipes / name, ignore=_IGNORE)
+    yield temp_recipes
 
 
 def run_render(
@@ -94,6 +102,15 @@ def run_render(
         check=False,
         timeout=300,
         env=env,
+    )
+
+
+def bash(
+    script: str, env: dict[str, str] | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run a bash script (with exactly `env` as its environment when given)."""
+    return subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, check=False, timeout=timeout
     )
 
 

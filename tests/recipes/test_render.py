@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, REPO, Rendered, cases, edit, require, run_render
+from conftest import RECIPES, REPO, Rendered, bash, cases, edit, require, run_render
 from lxpu_recipes import cli
 from lxpu_recipes.recipes import Recipes
 
@@ -67,10 +67,6 @@ def _data_part(install_text: str) -> str:
     return head
 
 
-def _bash(script: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False, cwd=cwd)
-
-
 def test_install_job_layout(rendered: Rendered, recipes: Recipes) -> None:
     engine = (RECIPES / "templates/install/engine.sh").read_text()
     for minor in recipes.matrix.versions:
@@ -120,12 +116,9 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
         'echo ---; [ "$(lxpu_environment_yml xpu)" = "$(cat "$YML")" ] && echo same\n'
         "echo ---; [ ${#LXPU_RECIPE_HASH} -eq 64 ] && echo hash-ok\n"
     )
-    done = subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={
+    done = bash(
+        script,
+        {
             "PATH": "/usr/bin:/bin",
             "SETUP": str(rendered.path("envs/generic/2.13-cpu/lightning-setup-2.13-cpu.sh")),
             "YML": str(rendered.path("envs/generic/2.13/environment.yml")),
@@ -182,7 +175,7 @@ def test_data_functions_reject_unknown_keys(rendered: Rendered) -> None:
         ),
         ("lxpu_python_version", "lxpu_python_version: unknown variant '' (this recipe has: xpu cpu cuda)"),
     ]:
-        done = _bash(data + call + "\n")
+        done = bash(data + call + "\n")
         assert done.returncode == 1 and done.stderr.strip() == message
 
 
