@@ -42,12 +42,19 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _grouped(texts: dict[str, str]) -> list[tuple[list[str], str]]:
-    """(keys, text) groups in first-seen order: keys with the same text share one case branch."""
+@dataclass(frozen=True)
+class Choice:
+    """A text per key (variant or tag) for a bash `case`: keys with the same text share one branch."""
+
+    keys: list[str]
+    groups: list[tuple[list[str], str]]
+
+
+def _grouped(texts: dict[str, str]) -> Choice:
     groups: dict[str, list[str]] = {}
     for key, text in texts.items():
         groups.setdefault(text, []).append(key)
-    return [(keys, text) for text, keys in groups.items()]
+    return Choice(list(texts), [(keys, text) for text, keys in groups.items()])
 
 
 def _text_block(text: str) -> str:

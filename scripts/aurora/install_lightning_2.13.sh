@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=35edf87abecb25693a0f041578605695f7bd7df4ee9184c9e6e807937c1a9da4
+LXPU_RECIPE_HASH=9d6f86639bb6c3aac4427627d09c0f501dedb8dcb595a2a2154b7a80b435c886
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -105,7 +105,7 @@ lxpu_lock_file() {
     xpu | cuda) : ;;
     cpu) echo recipes/locks/2.13-cpu.txt ;;
     *)
-      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cuda cpu)" >&2
+      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cpu cuda)" >&2
       return 1
       ;;
   esac

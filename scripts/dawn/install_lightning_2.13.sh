@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=05449db3a4b86e59b3c31a1ac6c16be9ae0dfea763233904023c444e73a951c5
+LXPU_RECIPE_HASH=d0d5cd0175e9b03861e5221b71db0afa0b327ee19edc49786d96b31d7631fb77
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -103,7 +103,7 @@ lxpu_lock_file() {
     xpu | cuda) : ;;
     cpu) echo recipes/locks/2.13-cpu.txt ;;
     *)
-      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cuda cpu)" >&2
+      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cpu cuda)" >&2
       return 1
       ;;
   esac

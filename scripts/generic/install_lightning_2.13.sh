@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=7d17ced58bba6834cd70b971299d8297e6e823bcd4712c845c040f5b162f30a0
+LXPU_RECIPE_HASH=4bb813282b5b9de184685e0865c71ff05474ce464fa134c309fd5cc8cf7533b1
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -101,7 +101,7 @@ lxpu_lock_file() {
     xpu | cuda) : ;;
     cpu) echo recipes/locks/2.13-cpu.txt ;;
     *)
-      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cuda cpu)" >&2
+      echo "lxpu_lock_file: unknown variant '${1:-}' (this recipe has: xpu cpu cuda)" >&2
       return 1
       ;;
   esac
