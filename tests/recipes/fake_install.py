@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import Rendered
+from recipe_helpers import Rendered
 
 # Empty modulefiles standing in for the real site modules (rhel9/default-dawn exists only on Dawn).
 STAND_IN_DIR = "site-module-stand-ins"

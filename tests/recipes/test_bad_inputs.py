@@ -2,40 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import edit, run_render
-from lxpu_recipes import cli
+from recipe_helpers import edit, run_render, run_render_process
 
 KNOWN = "2.5, 2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14"
 MATRIX = "recipes/matrix.toml"
 DAWN = "recipes/sites/dawn.toml"
 
 
-@dataclass
-class Outcome:
-    returncode: int
-    stderr: str
-
-
-def _fails_with(done: Outcome | subprocess.CompletedProcess[str], expected: str) -> None:
+def _fails_with(done: subprocess.CompletedProcess[str], expected: str) -> None:
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert expected in lines[0], lines[0]
 
 
-def _render(repo: Path, *args: str) -> Outcome:
-    """`render.py render ARGS --out DIR` on a temporary repository copy, in this process (fast)."""
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(["render", *args, "--out", str(repo / "out")], default_recipes=repo / "recipes")
-    return Outcome(code, stderr.getvalue())
+def _render(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_render("render", *args, "--out", str(repo / "out"), repo=repo)
 
 
 @pytest.mark.parametrize(
@@ -205,5 +191,5 @@ def test_command_line_mistakes(args: list[str], expected: str) -> None:
 
 def test_every_command_has_help() -> None:
     for command in ([], ["list"], ["render"], ["check"], ["lock"]):
-        done = run_render(*command, "--help")
+        done = run_render_process(*command, "--help")
         assert done.returncode == 0 and done.stdout.startswith("usage: render.py"), done.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Rendered, require
 from lxpu_recipes.recipes import Recipes
+from recipe_helpers import Rendered, require
 
 
 def _conda_lock_parser():  # type: ignore[no-untyped-def]

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Rendered, bash, require, run_render
 from fake_install import make_install
+from recipe_helpers import Rendered, bash, require, run_render
 
 STUB_ENGINE = (
     "lxpu_main() {\n"

@@ -10,11 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Rendered, bash, require
 from fake_install import FakeInstall, make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
+from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
 
-LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 pytestmark = pytest.mark.lmod
 
 _RECIPES = load_recipes(REPO / "recipes")

@@ -9,9 +9,9 @@ import shutil
 import socket
 from pathlib import Path
 
-from conftest import RECIPES, edit, require, run_render
 from lxpu_recipes.locking import stale_locks
 from lxpu_recipes.recipes import load_recipes
+from recipe_helpers import RECIPES, edit, require, run_render
 
 ENTRY = re.compile(r"^([a-z0-9][a-z0-9._-]*)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", re.MULTILINE)
 

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import RECIPES, REPO, Rendered, bash, cases, edit, require, run_render
 from lxpu_recipes import cli
 from lxpu_recipes.recipes import Recipes
+from recipe_helpers import RECIPES, REPO, Rendered, bash, cases, edit, require, run_render, run_render_process
 
 EXPORT_LINE = re.compile(r'^export ([A-Za-z_][A-Za-z0-9_]*)="\$\{\1:-[^"$`\\}]*\}"$')
 
@@ -191,7 +191,7 @@ def test_site_env_lines_only(rendered: Rendered, recipes: Recipes) -> None:
 
 
 def test_committed_renders_match_the_recipes() -> None:
-    done = run_render("check")
+    done = run_render_process("check")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("ok: ")
 

@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Rendered, bash, require
 from fake_install import make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
-from test_lmod import LMOD_INIT
+from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
 
 _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)
