@@ -70,7 +70,7 @@ class Renderer:
         self.env = make_environment(recipes.templates_dir)
 
     def _render(self, template: str, context: dict[str, Any]) -> str:
-        return render(self.env, self.recipes.templates_dir, template, context)
+        return render(self.env, self.recipes.templates_dir, template, context, self.recipes.shown)
 
     def _check_names(self, template: str, text: str) -> None:
         for name in sorted(set(names_set_in(text))):

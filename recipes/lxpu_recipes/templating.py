@@ -73,27 +73,34 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
     return env
 
 
-def _template_location(exc: BaseException, templates_dir: Path) -> str:
+def _template_location(exc: BaseException, templates_dir: Path, shown: Callable[[Path], str]) -> str:
+    """template:line of the innermost template frame of a rendering error (Jinja rewrites tracebacks so that
+    template frames carry the template's file name and line)."""
     root = str(templates_dir.resolve())
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(root)]
     if not frames:
-        return str(templates_dir)
-    frame = frames[-1]
-    return (
-        f"{Path(frame.filename).relative_to(templates_dir.resolve().parent.parent).as_posix()}:{frame.lineno}"
-    )
+        return shown(templates_dir)
+    return f"{shown(Path(frames[-1].filename))}:{frames[-1].lineno}"
 
 
-def render(env: jinja2.Environment, templates_dir: Path, name: str, context: dict[str, Any]) -> str:
+def render(
+    env: jinja2.Environment,
+    templates_dir: Path,
+    name: str,
+    context: dict[str, Any],
+    shown: Callable[[Path], str],
+) -> str:
+    """Render one template; every failure becomes a one-line RecipeError naming template and line."""
     try:
         return env.get_template(name).render(context)
     except jinja2.UndefinedError as exc:
-        where = _template_location(exc, templates_dir)
+        where = _template_location(exc, templates_dir, shown)
         raise RecipeError(f"{where}: undefined template variable ({exc.message})") from None
     except jinja2.TemplateSyntaxError as exc:
-        raise RecipeError(f"{exc.filename}:{exc.lineno}: template syntax error: {exc.message}") from None
+        where = shown(Path(exc.filename)) if exc.filename else shown(templates_dir / name)
+        raise RecipeError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.TemplateNotFound as exc:
-        raise RecipeError(f"{templates_dir}: template not found: {exc.name}") from None
+        raise RecipeError(f"{shown(templates_dir)}: template not found: {exc.name}") from None
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        where = _template_location(exc, templates_dir)
+        where = _template_location(exc, templates_dir, shown)
         raise RecipeError(f"{where}: template error: {type(exc).__name__}: {exc}") from None
