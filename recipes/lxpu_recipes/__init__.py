@@ -1,0 +1,1 @@
+"""The recipe renderer behind `python recipes/render.py`: matrix + site profiles -> install artifacts."""

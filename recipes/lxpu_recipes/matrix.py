@@ -1,0 +1,329 @@
+"""The version matrix (recipes/matrix.toml): PyTorch minor releases, their pins with sources, and variants."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion
+from packaging.version import Version as PepVersion
+
+from .errors import RecipeError
+from .tomldata import Table, load_toml
+
+VARIANT_NAMES = ("xpu", "cpu", "cuda")
+BACKENDS = ("ccl", "xccl")
+_MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
+_PYTHON = re.compile(r"^3\.[0-9]+$")
+_DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_LABEL = re.compile(r"^([a-z0-9]+(\.[a-z0-9]+)*)?$")
+URL = re.compile(r"^(https?|file)://\S+$")
+
+
+def tag_of(minor: str, variant: str) -> str:
+    """The install tag: `<ver>` for the xpu variant, `<ver>-<variant>` otherwise (docs/architecture.md)."""
+    return minor if variant == "xpu" else f"{minor}-{variant}"
+
+
+def minor_key(minor: str) -> PepVersion:
+    return PepVersion(minor)
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    url: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One package of a recipe. An unverified pin has no version: pip and torch's metadata choose it."""
+
+    name: str
+    version: str
+    source: str
+    why: str
+    labelled: bool
+
+    @property
+    def verified(self) -> bool:
+        return not self.why
+
+    def requirement(self, label: str) -> str:
+        if not self.verified:
+            return self.name
+        version = self.version
+        if self.labelled and label and "+" not in version:
+            version = f"{version}+{label}"
+        return f"{self.name}=={version}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    source: str
+    sources: tuple[Source, ...]
+    label: str
+    pins: tuple[Pin, ...]
+    omitted: tuple[str, ...]
+    omit_why: str
+
+    def requirements(self) -> list[str]:
+        return [pin.requirement(self.label) for pin in self.pins]
+
+
+@dataclass(frozen=True)
+class Version:
+    minor: str
+    released: str
+    python: str
+    python_supported: str
+    python_source: str
+    backend: str
+    backend_source: str
+    oneapi_runtime: str
+    oneapi_source: str
+    oneapi_why: str
+    notes: str
+    variants: dict[str, Variant]
+    raw: dict[str, Any]
+
+    def pin(self, name: str) -> Pin:
+        for variant in self.variants.values():
+            for pin in variant.pins:
+                if pin.name == name:
+                    return pin
+        raise KeyError(name)
+
+    @property
+    def torch(self) -> str:
+        return self.pin("torch").version
+
+    @property
+    def lightning(self) -> str:
+        return self.pin("lightning").version
+
+    def tag(self, variant: str) -> str:
+        return tag_of(self.minor, variant)
+
+    def unverified(self) -> list[str]:
+        """One line per fact of this entry that has no source."""
+        lines = [f"oneAPI runtime: {self.oneapi_why}"] if self.oneapi_why else []
+        seen: set[str] = set()
+        for variant in self.variants.values():
+            for pin in variant.pins:
+                if not pin.verified and pin.name not in seen:
+                    seen.add(pin.name)
+                    lines.append(f"{pin.name}: {pin.why}")
+        return lines
+
+
+@dataclass(frozen=True)
+class Matrix:
+    file: str
+    versions: dict[str, Version]
+    sources: dict[str, Source]
+    conda_channels: tuple[str, ...]
+    conda_source: str
+    raw: dict[str, Any]
+
+    def known(self) -> str:
+        return ", ".join(self.versions)
+
+    def version(self, minor: str) -> Version:
+        if minor not in self.versions:
+            raise RecipeError(f"unknown PyTorch version '{minor}' (known: {self.known()})")
+        return self.versions[minor]
+
+    def hash_input(self, version: Version) -> dict[str, Any]:
+        """The parts of the matrix one version's artifacts depend on (for LXPU_RECIPE_HASH)."""
+        return {
+            "schema": self.raw.get("schema"),
+            "version": version.raw,
+            "sources": self.raw.get("sources"),
+            "variants": self.raw.get("variants"),
+            "conda": self.raw.get("conda"),
+        }
+
+
+def _check_version_text(table: Table, key: str, text: str) -> None:
+    try:
+        PepVersion(text)
+    except InvalidVersion:
+        raise table.error(
+            key, f"malformed version '{text}' (expected a PEP 440 version, e.g. 2.7.0)"
+        ) from None
+
+
+def _read_pin(name: str, table: Table, labelled: bool, required: bool) -> Pin:
+    if not _DIST_NAME.match(name):
+        raise table.error(None, f"'{name}' is not a valid package name")
+    if not table.flag("verified", True):
+        if required:
+            raise table.error("verified", f"{name} must be pinned with a source (it cannot be left to pip)")
+        table.only({"verified", "why"})
+        return Pin(name, "", "", table.text("why"), labelled)
+    table.only({"version", "source", "verified"})
+    version = table.text("version")
+    _check_version_text(table, "version", version)
+    return Pin(name, version, table.text("source"), "", labelled)
+
+
+def _read_pins(table: Table, labelled: list[str], omitted: list[str], required: tuple[str, ...]) -> list[Pin]:
+    pins = []
+    for name, pin_table in table.tables():
+        if name in omitted:
+            continue
+        pins.append(_read_pin(name, pin_table, name in labelled, name in required))
+    return pins
+
+
+def _read_sources(root: Table) -> dict[str, Source]:
+    sources = {}
+    for name, table in root.table("sources").tables():
+        table.only({"url", "source"})
+        url = table.text("url")
+        if not URL.match(url):
+            raise table.error("url", f"'{url}' is not an http(s):// or file:// URL")
+        sources[name] = Source(name, url, table.text("source"))
+    return sources
+
+
+def _source_list(table: Table, sources: dict[str, Source]) -> tuple[Source, ...]:
+    names = table.texts("sources")
+    if not names:
+        raise table.error("sources", "needs at least one package source")
+    for name in names:
+        if name not in sources:
+            raise table.error("sources", f"unknown source '{name}' (known: {', '.join(sources)})")
+    return tuple(sources[name] for name in names)
+
+
+def _read_variant(
+    name: str, defaults: Table, override: Table, sources: dict[str, Source], version_pins: Table, minor: str
+) -> Variant:
+    """A variant of one version: the [variants.<name>] defaults, overridden by [versions."X.Y".<name>]."""
+    override.only({"sources", "label", "labelled", "omit", "omit_why", "pins"})
+
+    def pick(key: str) -> Table:
+        return override if override.has(key) else defaults
+
+    label = pick("label").any_text("label")
+    if not _LABEL.match(label):
+        raise pick("label").error("label", f"'{label}' is not a valid local version label (e.g. xpu, cpu)")
+    labelled = pick("labelled").texts("labelled", [])
+    omitted = pick("omit").texts("omit", [])
+    omit_why = pick("omit_why").text("omit_why") if pick("omit_why").has("omit_why") else ""
+    if omitted and not omit_why:
+        raise pick("omit").error("omit", "omits packages without saying why: add omit_why")
+    pins = _read_pins(version_pins, labelled, omitted, ("torch", "lightning"))
+    pins += _read_pins(override.table_or_empty("pins"), labelled, [], ())
+    names = [pin.name for pin in pins]
+    for required in ("torch", "lightning"):
+        if required not in names:
+            raise version_pins.error(None, f"missing field '{required}'")
+    torch = pins[names.index("torch")]
+    if PepVersion(torch.version).release[:2] != PepVersion(minor).release[:2]:
+        raise version_pins.error("torch", f"torch {torch.version} is not a {minor} release")
+    for pin in pins:
+        if pin.verified:
+            _check_version_text(version_pins, pin.name, pin.requirement(label).split("==", 1)[1])
+    return Variant(
+        name=name,
+        description=defaults.text("description"),
+        source=defaults.text("source"),
+        sources=_source_list(pick("sources"), sources),
+        label=label,
+        pins=tuple(pins),
+        omitted=tuple(omitted),
+        omit_why=omit_why,
+    )
+
+
+def _read_fact(table: Table, fields: tuple[str, ...], may_be_unverified: bool) -> tuple[dict[str, str], str]:
+    """The fields of a sourced fact plus its source, or ({}, why) for a fact marked verified = false."""
+    if not table.flag("verified", True):
+        if not may_be_unverified:
+            raise table.error("verified", "this fact is needed to render the recipe: give it with a source")
+        table.only({"verified", "why"})
+        return {}, table.text("why")
+    table.only({*fields, "source", "verified"})
+    values = {field: table.text(field) for field in fields}
+    return {**values, "source": table.text("source")}, ""
+
+
+def _read_version(
+    minor: str, table: Table, variant_defaults: dict[str, Table], sources: dict[str, Source]
+) -> Version:
+    if not _MINOR.match(minor):
+        raise table.error(None, f"malformed PyTorch version '{minor}' (expected MAJOR.MINOR, e.g. 2.7)")
+    declared = table.texts("variants")
+    for name in declared:
+        if name not in variant_defaults:
+            raise table.error("variants", f"unknown variant '{name}' (known: {', '.join(variant_defaults)})")
+    if "xpu" not in declared:
+        raise table.error("variants", "every version needs the xpu variant (the default)")
+    table.only({"released", "variants", "python", "backend", "oneapi", "notes", "pins", *declared})
+    python, _ = _read_fact(table.table("python"), ("version", "supported"), False)
+    if not _PYTHON.match(python["version"]):
+        raise table.error(
+            "python", f"malformed Python version '{python['version']}' (expected 3.N, e.g. 3.11)"
+        )
+    backend, _ = _read_fact(table.table("backend"), ("name",), False)
+    if backend["name"] not in BACKENDS:
+        raise table.error("backend", f"unknown backend '{backend['name']}' (known: {', '.join(BACKENDS)})")
+    oneapi, oneapi_why = _read_fact(table.table("oneapi"), ("runtime",), True)
+    pins = table.table("pins")
+    variants = {
+        name: _read_variant(name, variant_defaults[name], table.table_or_empty(name), sources, pins, minor)
+        for name in declared
+    }
+    return Version(
+        minor=minor,
+        released=table.text("released"),
+        python=python["version"],
+        python_supported=python["supported"],
+        python_source=python["source"],
+        backend=backend["name"],
+        backend_source=backend["source"],
+        oneapi_runtime=oneapi.get("runtime", ""),
+        oneapi_source=oneapi.get("source", ""),
+        oneapi_why=oneapi_why,
+        notes=table.text_or("notes", ""),
+        variants=variants,
+        raw=table.data,
+    )
+
+
+def load_matrix(path: Path, shown_as: str) -> Matrix:
+    root = Table(load_toml(path, shown_as), shown_as)
+    root.only({"schema", "sources", "conda", "variants", "versions"})
+    if root.data.get("schema") != 1:
+        raise root.error("schema", "must be 1 (the only schema this renderer reads)")
+    sources = _read_sources(root)
+    conda = root.table("conda")
+    conda.only({"channels", "source"})
+    variant_defaults = {}
+    for name, table in root.table("variants").tables():
+        if name not in VARIANT_NAMES:
+            raise table.error(None, f"unknown variant '{name}' (known: {', '.join(VARIANT_NAMES)})")
+        table.only({"description", "source", "sources", "label", "labelled", "omit", "omit_why"})
+        variant_defaults[name] = table
+    versions = {}
+    for minor, table in root.table("versions").tables():
+        versions[minor] = _read_version(minor, table, variant_defaults, sources)
+    if not versions:
+        raise root.error("versions", "no version entries")
+    ordered = dict(sorted(versions.items(), key=lambda item: minor_key(item[0])))
+    return Matrix(
+        file=shown_as,
+        versions=ordered,
+        sources=sources,
+        conda_channels=tuple(conda.texts("channels")),
+        conda_source=conda.text("source"),
+        raw=root.data,
+    )

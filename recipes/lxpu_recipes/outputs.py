@@ -1,0 +1,93 @@
+"""Where rendered artifacts go: an output directory, or the repository itself (render --all), and the drift
+check that compares the committed renders with a fresh render."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import tempfile
+from pathlib import Path
+
+from .artifacts import Artifact, Renderer
+from .errors import RecipeError
+from .matrix import Version
+from .sites import Site
+
+# The committed renders this renderer owns (scripts/common/ belongs to the install job's author).
+COMMITTED_PATTERNS = (
+    "scripts/*/install_lightning_*.sh",
+    "scripts/*/smoke_lightning_*.sh",
+    "modulefiles/lightning-xpu/*.lua",
+)
+
+
+def render_selection(
+    renderer: Renderer, versions: list[Version], sites: list[Site], variants: list[str] | None
+) -> list[Artifact]:
+    """Every artifact of the selected (version, site) pairs; a modulefile (one per version and variant, the
+    same for every site) appears once."""
+    by_path: dict[str, Artifact] = {}
+    for version in versions:
+        chosen = renderer.recipes.select_variants(version, variants, strict=False)
+        for site in sites:
+            for artifact in renderer.pair(version, site, chosen):
+                previous = by_path.get(artifact.path)
+                if previous is not None and previous.content != artifact.content:
+                    raise RecipeError(f"{artifact.path}: renders differently for different sites")
+                by_path[artifact.path] = artifact
+    return list(by_path.values())
+
+
+def write_artifacts(artifacts: list[Artifact], out_dir: Path) -> list[str]:
+    """Write (only what changed, so unchanged files keep their mtime); return the paths written."""
+    written = []
+    for artifact in artifacts:
+        path = out_dir / artifact.path
+        mode = 0o755 if artifact.executable else 0o644
+        if not (path.is_file() and path.read_text() == artifact.content):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.tmp")
+            temporary.write_text(artifact.content)
+            os.replace(temporary, path)
+            written.append(artifact.path)
+        if path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+    return written
+
+
+def committed_renders(repo_root: Path) -> set[str]:
+    found = set()
+    for pattern in COMMITTED_PATTERNS:
+        for path in repo_root.glob(pattern):
+            if path.is_file() and not path.relative_to(repo_root).as_posix().startswith("scripts/common/"):
+                found.add(path.relative_to(repo_root).as_posix())
+    return found
+
+
+def remove_stale(repo_root: Path, artifacts: list[Artifact]) -> list[str]:
+    """Delete committed renders no artifact produces any more (a version or site taken out)."""
+    stale = sorted(committed_renders(repo_root) - {a.path for a in artifacts if a.committed})
+    for relative in stale:
+        (repo_root / relative).unlink()
+    return stale
+
+
+def drift(repo_root: Path, artifacts: list[Artifact]) -> list[str]:
+    """One line per committed render that differs from a fresh render (content, executable bit, missing,
+    stale). Renders into a temporary directory; never writes to the repository and never uses the network."""
+    expected = [a for a in artifacts if a.committed]
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="lxpu-check-") as scratch:
+        write_artifacts(expected, Path(scratch))
+        for artifact in sorted(expected, key=lambda a: a.path):
+            committed = repo_root / artifact.path
+            fresh = Path(scratch) / artifact.path
+            if not committed.is_file():
+                problems.append(f"{artifact.path}: missing (not rendered into the repository)")
+            elif not filecmp.cmp(committed, fresh, shallow=False):
+                problems.append(f"{artifact.path}: differs from a fresh render")
+            elif os.access(committed, os.X_OK) != artifact.executable:
+                problems.append(f"{artifact.path}: executable bit differs from a fresh render")
+    for relative in sorted(committed_renders(repo_root) - {a.path for a in expected}):
+        problems.append(f"{relative}: stale (no recipe renders it any more)")
+    return problems

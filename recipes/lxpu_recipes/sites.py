@@ -1,0 +1,187 @@
+"""Site profiles (recipes/sites/<site>.toml): scheduler headers, default prefix and variant, modules, the site
+environment and per-site package-source overrides."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .envnames import KnownNames
+from .errors import RecipeError
+from .matrix import URL
+from .tomldata import Table, load_toml
+
+SCHEDULERS = ("slurm", "pbs", "none")
+SITE_VARIANTS = ("xpu", "cpu", "cuda", "auto")
+ENV_MANAGERS = ("conda", "venv")
+_SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_MODULE = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
+# A prefix is absolute or starts with $HOME/ (the engine expands only a leading $HOME); no other expansion.
+_PREFIX = re.compile(r"^(/|\$HOME/)[^$`\"'\\\n]*$")
+# Characters a value may hold inside export NAME="${NAME:-value}": no quotes, $, `, \ or }
+# (a } would end the ${...} expansion).
+_ENV_VALUE = re.compile(r"^[A-Za-z0-9 _.,:;/=+@%*-]*$")
+# Options that would pin a job to one project's allocation: never in the repository.
+_ACCOUNT_OPTION = re.compile(r"^(--account\b|-A\b|--wckey\b)")
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    value: str
+    source: str
+
+    @property
+    def export_line(self) -> str:
+        return f'export {self.name}="${{{self.name}:-{self.value}}}"'
+
+
+@dataclass(frozen=True)
+class Headers:
+    """Scheduler directives for one scheduler family (the text after `#SBATCH ` or `#PBS `)."""
+
+    common: tuple[str, ...]
+    install: tuple[str, ...]
+    smoke: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    file: str
+    description: str
+    scheduler: str
+    default_variant: str
+    default_prefix: str
+    env_manager: str
+    modules: tuple[str, ...]
+    submit_hint: str
+    headers: dict[str, Headers]
+    env: tuple[EnvSetting, ...]
+    source_urls: dict[str, str]
+    raw: dict[str, Any]
+
+    def submit(self, script: str) -> str:
+        return self.submit_hint.replace("{script}", script)
+
+
+def _read_headers(table: Table) -> dict[str, Headers]:
+    headers = {}
+    for kind, section in table.tables():
+        if kind not in ("slurm", "pbs"):
+            raise section.error(None, f"unknown scheduler '{kind}' (headers exist for: slurm, pbs)")
+        section.only({"common", "install", "smoke"})
+        lists = {}
+        for key in ("common", "install", "smoke"):
+            lists[key] = tuple(section.texts(key, []))
+            for directive in lists[key]:
+                if "\n" in directive or directive.lstrip().startswith("#"):
+                    raise section.error(key, f"'{directive}' must be one directive without '#'")
+                if _ACCOUNT_OPTION.match(directive.strip()):
+                    raise section.error(
+                        key, f"'{directive}' hard-codes an account: users give it when they submit the job"
+                    )
+        headers[kind] = Headers(**lists)
+    return headers
+
+
+def _read_env(table: Table, known: KnownNames) -> tuple[EnvSetting, ...]:
+    settings = []
+    for name, entry in table.tables():
+        known.check(name, table.where(name))
+        entry.only({"value", "source"})
+        value = entry.any_text("value")
+        if not _ENV_VALUE.match(value):
+            raise entry.error(
+                "value", f"'{value}' holds characters the site file cannot quote (\" $ ` \\ }})"
+            )
+        settings.append(EnvSetting(name, value, entry.text("source")))
+    return tuple(settings)
+
+
+def _read_source_urls(table: Table, source_names: set[str]) -> dict[str, str]:
+    urls = {}
+    for name in table.keys():
+        if name not in source_names:
+            raise table.error(
+                name, f"unknown source (known in recipes/matrix.toml: {', '.join(sorted(source_names))})"
+            )
+        url = table.text(name)
+        if not URL.match(url):
+            raise table.error(name, f"'{url}' is not an http(s):// or file:// URL")
+        urls[name] = url
+    return urls
+
+
+def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[str]) -> Site:
+    name = path.stem
+    root = Table(load_toml(path, shown_as), shown_as)
+    if not _SITE_NAME.match(name):
+        raise root.error(None, f"'{name}' is not a valid site name (lower case letters, digits, - and _)")
+    root.only(
+        {
+            "description",
+            "scheduler",
+            "default_variant",
+            "default_prefix",
+            "prefix_source",
+            "env_manager",
+            "env_manager_source",
+            "modules",
+            "modules_source",
+            "submit_hint",
+            "headers",
+            "env",
+            "sources",
+        }
+    )
+    scheduler = root.text("scheduler")
+    if scheduler not in SCHEDULERS:
+        raise root.error("scheduler", f"unknown scheduler '{scheduler}' (known: {', '.join(SCHEDULERS)})")
+    variant = root.text("default_variant")
+    if variant not in SITE_VARIANTS:
+        raise root.error(
+            "default_variant", f"unknown variant '{variant}' (known: {', '.join(SITE_VARIANTS)})"
+        )
+    prefix = root.text("default_prefix")
+    if not _PREFIX.match(prefix):
+        raise root.error("default_prefix", f"'{prefix}' must be an absolute path or start with $HOME/")
+    manager = root.text("env_manager")
+    if manager not in ENV_MANAGERS:
+        raise root.error("env_manager", f"unknown environment manager '{manager}' (known: conda, venv)")
+    modules = root.texts("modules")
+    for module in modules:
+        if not _MODULE.match(module):
+            raise root.error("modules", f"'{module}' is not a module name")
+    for key in ("prefix_source", "env_manager_source", "modules_source"):
+        root.text(key)
+    hint = root.text("submit_hint")
+    if "{script}" not in hint:
+        raise root.error("submit_hint", "must contain {script} (replaced by the job script's name)")
+    headers = _read_headers(root.table_or_empty("headers"))
+    if scheduler != "none" and scheduler not in headers:
+        raise root.error("headers", f"a {scheduler} site needs a [headers.{scheduler}] table")
+    return Site(
+        name=name,
+        file=shown_as,
+        description=root.text("description"),
+        scheduler=scheduler,
+        default_variant=variant,
+        default_prefix=prefix,
+        env_manager=manager,
+        modules=tuple(modules),
+        submit_hint=hint,
+        headers=headers,
+        env=_read_env(root.table_or_empty("env"), known),
+        source_urls=_read_source_urls(root.table_or_empty("sources"), source_names),
+        raw=root.data,
+    )
+
+
+def load_sites(directory: Path, shown_dir: str, known: KnownNames, source_names: set[str]) -> dict[str, Site]:
+    paths = sorted(directory.glob("*.toml"))
+    if not paths:
+        raise RecipeError(f"{shown_dir}: no site profiles (*.toml)")
+    return {path.stem: load_site(path, f"{shown_dir}/{path.name}", known, source_names) for path in paths}

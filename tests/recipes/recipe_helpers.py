@@ -1,0 +1,99 @@
+"""Helpers shared by the recipe tests (a module of its own name, so that no other conftest.py can shadow
+it): repository paths, the CLI in and out of process, bash, file edits, the rendered tree."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "recipes"
+LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
+sys.path.insert(0, str(RECIPES))
+
+from lxpu_recipes.artifacts import Artifact, Renderer  # noqa: E402
+from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
+from lxpu_recipes.recipes import Recipes, load_recipes  # noqa: E402
+
+__all__ = ["Recipes", "Renderer", "load_recipes", "render_selection", "write_artifacts"]
+
+
+def require(available: bool, what: str) -> None:
+    """Skip when `what` is missing, or fail when CI demands every service (LXPU_REQUIRE_SERVICES=1)."""
+    if available:
+        return
+    if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{what} is required (LXPU_REQUIRE_SERVICES=1) but missing")
+    pytest.skip(f"{what} is missing")
+
+
+class Rendered:
+    """Every artifact of every (version, site), written under `root` in the repository's layout."""
+
+    def __init__(self, root: Path, artifacts: list[Artifact]) -> None:
+        self.root = root
+        self.artifacts = {a.path: a for a in artifacts}
+
+    def path(self, relative: str) -> Path:
+        assert relative in self.artifacts, f"{relative} was not rendered"
+        return self.root / relative
+
+    def text(self, relative: str) -> str:
+        return self.path(relative).read_text()
+
+
+def cases(recipes_: Recipes | None = None) -> list[tuple[str, str, str]]:
+    """Every (version, site, variant) the matrix and site profiles declare."""
+    loaded = recipes_ or load_recipes(RECIPES)
+    return [
+        (minor, site, variant)
+        for minor, version in loaded.matrix.versions.items()
+        for site in loaded.sites
+        for variant in version.variants
+    ]
+
+
+def run_render(*args: str, repo: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """`render.py ARGS` of the repository (or of a temporary copy), in this process: the CLI's main with its
+    exit status, stdout and stderr (argparse's exits included)."""
+    from lxpu_recipes import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args), default_recipes=repo / "recipes")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["render.py", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_render_process(*args: str, repo: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """`python recipes/render.py ARGS` as its own process (the entry point itself)."""
+    return subprocess.run(
+        [sys.executable, str(repo / "recipes" / "render.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def bash(
+    script: str, env: dict[str, str] | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run a bash script (with exactly `env` as its environment when given)."""
+    return subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, check=False, timeout=timeout
+    )
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))

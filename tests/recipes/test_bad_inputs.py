@@ -1,0 +1,195 @@
+"""Every bad input gets one clear line on stderr (naming the file and key, or the fix) and exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from recipe_helpers import edit, run_render, run_render_process
+
+KNOWN = "2.5, 2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14"
+MATRIX = "recipes/matrix.toml"
+DAWN = "recipes/sites/dawn.toml"
+
+
+def _fails_with(done: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert expected in lines[0], lines[0]
+
+
+def _render(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_render("render", *args, "--out", str(repo / "out"), repo=repo)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--torch", "2.4", "--site", "dawn"],
+            f"render.py: error: unknown PyTorch version '2.4' (known: {KNOWN})",
+        ),
+        (["--torch", "2.7", "--site", "polaris"], "unknown site 'polaris' (known: aurora, dawn, generic)"),
+        (
+            ["--torch", "2.7", "--site", "dawn", "--variant", "rocm"],
+            "unknown variant 'rocm' (known: xpu, cpu, cuda)",
+        ),
+    ],
+)
+def test_unknown_names(temp_recipes: Path, args: list[str], expected: str) -> None:
+    _fails_with(_render(temp_recipes, *args), expected)
+
+
+def test_variant_the_version_lacks(temp_recipes: Path) -> None:
+    edit(
+        temp_recipes / MATRIX,
+        '[versions."2.13"]\nreleased = "2026-07"\nvariants = ["xpu", "cpu", "cuda"]',
+        '[versions."2.13"]\nreleased = "2026-07"\nvariants = ["xpu", "cpu"]',
+    )
+    _fails_with(
+        _render(temp_recipes, "--torch", "2.13", "--site", "generic", "--variant", "cuda"),
+        "PyTorch 2.13 has no variant 'cuda' (it has: xpu, cpu)",
+    )
+
+
+# (file, text, replacement, the message `render --all` must give)
+EDITS = {
+    "missing field": (
+        MATRIX,
+        '[versions."2.13"]\nreleased = "2026-07"\n',
+        '[versions."2.13"]\n',
+        "recipes/matrix.toml: versions.\"2.13\": missing field 'released'",
+    ),
+    "pin without a source": (
+        MATRIX,
+        'torchvision = { version = "0.28.0", source = "torchvision 0.28.0 wheel metadata (PyPI): '
+        'Requires-Dist torch==2.13.0" }',
+        'torchvision = { version = "0.28.0" }',
+        "recipes/matrix.toml: versions.\"2.13\".pins.torchvision: missing field 'source'",
+    ),
+    "pin with a misspelt key": (
+        MATRIX,
+        'torchvision = { version = "0.28.0", source',
+        'torchvision = { version = "0.28.0", sauce',
+        'recipes/matrix.toml: versions."2.13".pins.torchvision.sauce: unknown key (allowed here: source, '
+        "verified, version); fix the spelling",
+    ),
+    "malformed version key": (
+        MATRIX,
+        '[versions."2.14"]\n',
+        '[versions."2.x"]\n',
+        "recipes/matrix.toml: versions.\"2.x\": malformed PyTorch version '2.x' "
+        "(expected MAJOR.MINOR, e.g. 2.7)",
+    ),
+    "malformed pin version": (
+        MATRIX,
+        'torch = { version = "2.13.0", ',
+        'torch = { version = "2.13.zero", ',
+        "recipes/matrix.toml: versions.\"2.13\".pins.torch.version: malformed version '2.13.zero'",
+    ),
+    "torch of another minor": (
+        MATRIX,
+        'torch = { version = "2.13.0", ',
+        'torch = { version = "2.12.0", ',
+        'recipes/matrix.toml: versions."2.13".pins.torch: torch 2.12.0 is not a 2.13 release',
+    ),
+    "misspelt key": (
+        MATRIX,
+        'notes = "No torchaudio release for this torch."',
+        'note = "No torchaudio release for this torch."',
+        'recipes/matrix.toml: versions."2.14".note: unknown key',
+    ),
+    "invalid TOML": (
+        DAWN,
+        'scheduler = "slurm"',
+        "scheduler = slurm",
+        "recipes/sites/dawn.toml: invalid TOML:",
+    ),
+    "undefined template variable": (
+        "recipes/templates/modulefile.lua.j2",
+        'whatis("Name: lightning-xpu")',
+        'whatis("Name: {{ no_such }}")',
+        "recipes/templates/modulefile.lua.j2:{line}: undefined template variable ('no_such' is undefined)",
+    ),
+    "misspelt site variable": (
+        DAWN,
+        "ZE_FLAT_DEVICE_HIERARCHY = {",
+        "ZE_FLAT_DEVICE_HIERARCY = {",
+        "recipes/sites/dawn.toml: env.ZE_FLAT_DEVICE_HIERARCY: ZE_FLAT_DEVICE_HIERARCY is not a known "
+        "environment variable (did you mean ZE_FLAT_DEVICE_HIERARCHY?); if it is real, add it to "
+        "recipes/known_env.toml with "
+        "its source",
+    ),
+    "misspelt template variable": (
+        "recipes/templates/modulefile.lua.j2",
+        'pushenv("LIGHTNING_XPU_ROOT", root)',
+        'pushenv("LIGHTNING_XPU_ROTO", root)',
+        "recipes/templates/modulefile.lua.j2: LIGHTNING_XPU_ROTO is not a known environment variable "
+        "(did you "
+        "mean LIGHTNING_XPU_ROOT?)",
+    ),
+    "unquotable site value": (
+        "recipes/sites/aurora.toml",
+        'value = "pmix"',
+        'value = "pmix}$(reboot)"',
+        "recipes/sites/aurora.toml: env.CCL_PROCESS_LAUNCHER.value: 'pmix}$(reboot)' holds characters",
+    ),
+    "account in headers": (
+        DAWN,
+        '"--partition=pvc9",',
+        '"--partition=pvc9", "--account=PROJ-1",',
+        "recipes/sites/dawn.toml: headers.slurm.common: '--account=PROJ-1' hard-codes an account: "
+        "users give it "
+        "when they submit the job",
+    ),
+    "relative prefix": (
+        "recipes/sites/generic.toml",
+        'default_prefix = "$HOME/lightning-xpu"',
+        'default_prefix = "lightning-xpu"',
+        "recipes/sites/generic.toml: default_prefix: 'lightning-xpu' must be an absolute path "
+        "or start with $HOME/",
+    ),
+    "unknown source override": (
+        "recipes/sites/generic.toml",
+        "[env]\n",
+        '[sources]\npytorch-rocm = "https://example.invalid/rocm"\n[env]\n',
+        "recipes/sites/generic.toml: sources.pytorch-rocm: unknown source (known in recipes/matrix.toml: "
+        "intel-xpu, pypi, pytorch-cpu, pytorch-xpu)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITS))
+def test_bad_recipe_data(temp_recipes: Path, case: str) -> None:
+    relative, old, new, expected = EDITS[case]
+    path = temp_recipes / relative
+    edit(path, old, new)
+    if "{line}" in expected:
+        expected = expected.format(line=path.read_text().splitlines().index(new.strip()) + 1)
+    _fails_with(_render(temp_recipes, "--all"), expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["render", "--out", "x"],
+            "nothing selected: give --torch X.Y and/or --site NAME with --out DIR, or --all",
+        ),
+        (["render", "--torch", "2.7"], "--out DIR is required unless --all"),
+        (["render", "--all", "--site", "dawn"], "--all renders everything: leave out --torch and --site"),
+        (["render", "--bogus"], "render.py: error: unrecognized arguments: --bogus (see render.py --help)"),
+        (["frobnicate"], "render.py: error: argument command: invalid choice: 'frobnicate'"),
+        (["lock", "--pip-source", "conda"], "argument --pip-source: invalid choice: 'conda'"),
+    ],
+)
+def test_command_line_mistakes(args: list[str], expected: str) -> None:
+    _fails_with(run_render(*args), expected)
+
+
+def test_every_command_has_help() -> None:
+    for command in ([], ["list"], ["render"], ["check"], ["lock"]):
+        done = run_render_process(*command, "--help")
+        assert done.returncode == 0 and done.stdout.startswith("usage: render.py"), done.stderr

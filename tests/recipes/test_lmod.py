@@ -1,0 +1,154 @@
+"""Every modulefile in real Lmod: module use, load, unload, with a fake install tree (stub bin/python) under a
+prefix with a space. Loaded: PATH, VIRTUAL_ENV/CONDA_PREFIX, PYTHONUSERBASE, LIGHTNING_XPU_ROOT, the site
+variables (only where unset) and the site modules; unloaded: the environment exactly as before. Site
+prerequisite modules are empty stand-in modulefiles (site-module-stand-ins/) in a test-only MODULEPATH."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+from fake_install import FakeInstall, make_install, make_stand_ins
+from lxpu_recipes.recipes import Recipes, load_recipes
+from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+
+pytestmark = pytest.mark.lmod
+
+_RECIPES = load_recipes(REPO / "recipes")
+SITES = list(_RECIPES.sites)
+TAGS = [v.tag(name) for v in _RECIPES.matrix.versions.values() for name in v.variants]
+# Each modulefile is loaded with one site's files; the sites, venv/conda and "user already set
+# variables" rotate so that every site and every case meets many modulefiles.
+CASES = [(tag, SITES[i % len(SITES)], i % 2 == 1, i % 4 < 2) for i, tag in enumerate(TAGS)]
+
+SCRIPT = r"""
+set -euo pipefail
+source "$LMOD_INIT"
+module use "$STAND_INS"
+module use "$PREFIX/modulefiles"
+if [ "$USER_SET" = 1 ]; then
+  export PYTHONUSERBASE=/user/own/base CCL_ATL_TRANSPORT=user-value VIRTUAL_ENV=/user/venv
+fi
+env -0 >"$OUT/before"
+module load "lightning-xpu/$TAG"
+env -0 >"$OUT/loaded"
+command -v python >"$OUT/python"
+module -t list 2>"$OUT/list"
+module unload "lightning-xpu/$TAG"
+env -0 >"$OUT/after"
+"""
+
+
+def _env(path: Path) -> dict[str, str]:
+    pairs = [item.split("=", 1) for item in path.read_bytes().decode().split("\0") if item]
+    return dict(pairs)
+
+
+def _without_lmod_bookkeeping(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    """`after` minus what Lmod itself leaves behind, each checked to be pure bookkeeping:
+    __LMOD_REF_COUNT_<VAR> (reference counts of exactly the entries <VAR> holds again),
+    __LMOD_STACK_<VAR> (pushenv's record of the value <VAR> holds again), and stale _ModuleTableNNN_
+    chunks beyond _ModuleTable_Sz_ (Lmod ignores them)."""
+    result = dict(after)
+    for name, value in after.items():
+        if name in before:
+            continue
+        counted = re.fullmatch(r"__LMOD_REF_COUNT_(\w+)", name)
+        if counted:
+            entries = [item.rsplit(":", 1)[0] for item in value.split(";")]
+            assert entries == after[counted[1]].split(":"), (name, value)
+            del result[name]
+        stacked = re.fullmatch(r"__LMOD_STACK_(\w+)", name)
+        if stacked:
+            assert base64.b64decode(value).decode() == after[stacked[1]] == before[stacked[1]], (name, value)
+            del result[name]
+        chunk = re.fullmatch(r"_ModuleTable(\d+)_", name)
+        if chunk:
+            assert int(chunk[1]) > int(after["_ModuleTable_Sz_"]), name
+            del result[name]
+    return result
+
+
+def _run(install: FakeInstall, stand_ins: Path, home: Path, out: Path, user_set: bool) -> None:
+    env = {
+        "HOME": str(home),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "USER": "tester",
+        "LOGNAME": "tester",
+        "LMOD_INIT": str(LMOD_INIT),
+        "STAND_INS": str(stand_ins),
+        "PREFIX": str(install.prefix),
+        "TAG": install.tag,
+        "OUT": str(out),
+        "USER_SET": "1" if user_set else "0",
+    }
+    done = bash(SCRIPT, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Lmod has detected" not in done.stderr, done.stderr
+    assert "not a valid identifier" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("tag", "site", "conda", "user_set"), CASES)
+def test_modulefile_load_unload_round_trip(
+    rendered: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str, conda: bool, user_set: bool
+) -> None:
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    home = tmp_path / "home"
+    home.mkdir()
+    install = make_install(rendered, tmp_path / "pre fix", tag, site, conda)
+    stand_ins = make_stand_ins(tmp_path, {m for s in recipes.sites.values() for m in s.modules})
+    out = tmp_path / "out"
+    out.mkdir()
+    _run(install, stand_ins, home, out, user_set)
+    before, loaded, after = _env(out / "before"), _env(out / "loaded"), _env(out / "after")
+
+    root = str(install.root)
+    assert loaded["PATH"] == f"{root}/bin:{before['PATH']}"
+    assert (out / "python").read_text().strip() == f"{root}/bin/python"
+    assert loaded["CONDA_PREFIX" if conda else "VIRTUAL_ENV"] == root
+    assert loaded["PYTHONUSERBASE"] == f"{home}/.local/lightning-xpu/{tag}"
+    assert loaded["LIGHTNING_XPU_ROOT"] == root
+    for setting in recipes.sites[site].env:
+        expected = before[setting.name] if setting.name in before else setting.value
+        assert loaded[setting.name] == expected, setting.name
+    listed = (out / "list").read_text().split()
+    for module in recipes.sites[site].modules:
+        assert module in listed, listed
+    assert f"lightning-xpu/{tag}" in listed
+
+    assert _without_lmod_bookkeeping(before, after) == before
+
+
+def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_path: Path) -> None:
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    modulefiles = tmp_path / "prefix/modulefiles/lightning-xpu"
+    modulefiles.mkdir(parents=True)
+    modulefiles.joinpath("2.13-cpu.lua").write_text(rendered.text("modulefiles/lightning-xpu/2.13-cpu.lua"))
+    script = (
+        f'source "{LMOD_INIT}"; module use "{tmp_path}/prefix/modulefiles"; '
+        "module load lightning-xpu/2.13-cpu"
+    )
+    done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    message = " ".join(done.stderr.split())
+    assert f"lightning-xpu/2.13-cpu: no environment at {tmp_path}/prefix/2.13-cpu" in message
+    assert "run install_lightning_2.13.sh --variant cpu --prefix" in message
+
+
+def test_one_family_at_a_time(rendered: Rendered, recipes: Recipes, tmp_path: Path) -> None:
+    """Loading a second lightning-xpu module swaps out the first (family), and the environment follows."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "prefix"
+    first = make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    second = make_install(rendered, prefix, "2.12-cpu", "generic", False)
+    script = (
+        f'source "{LMOD_INIT}"; module use "{prefix}/modulefiles"; module load lightning-xpu/2.13-cpu; '
+        'module load lightning-xpu/2.12-cpu 2>/dev/null; echo "$LIGHTNING_XPU_ROOT|$PATH"; module -t list'
+    )
+    done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    root, path = done.stdout.splitlines()[0].split("|")
+    assert root == str(second.root)
+    assert f"{second.root}/bin" in path.split(":") and f"{first.root}/bin" not in path.split(":")
+    assert "lightning-xpu/2.13-cpu" not in done.stderr

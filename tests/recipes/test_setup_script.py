@@ -1,0 +1,145 @@
+"""The setup scripts (lightning-setup-<tag>.sh): relocatable, idempotent, nounset-safe, leave shell options
+alone, and give the same environment as `module load lightning-xpu/<tag>`. Fake install trees (stub
+python)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from fake_install import make_install, make_stand_ins
+from lxpu_recipes.recipes import Recipes, load_recipes
+from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+
+_RECIPES = load_recipes(REPO / "recipes")
+SITES = list(_RECIPES.sites)
+TAGS = [v.tag(name) for v in _RECIPES.matrix.versions.values() for name in v.variants]
+CASES = [(tag, SITES[i % len(SITES)], i % 2 == 0) for i, tag in enumerate(TAGS)]
+OURS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE", "LIGHTNING_XPU_ROOT")
+
+
+def _bash(script: str, home: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", **extra}
+    return bash(script, env)
+
+
+def _vars(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+PRINT = 'for v in $NAMES; do [ -n "${!v+x}" ] && echo "$v=${!v}"; done'
+
+
+@pytest.mark.parametrize(("tag", "site", "conda"), CASES)
+def test_setup_script_twice_under_nounset(
+    rendered: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str, conda: bool
+) -> None:
+    install = make_install(rendered, tmp_path / "pre fix", tag, site, conda)
+    names = " ".join([*OURS, *(s.name for s in recipes.sites[site].env)])
+    script = (
+        "set -u; options=$(set -o); funcs=$(declare -F | sort); vars=$(compgen -v | sort)\n"
+        'source "$SETUP" && source "$SETUP"\n'
+        '[ "$(set -o)" = "$options" ] || echo "SHELL OPTIONS CHANGED"\n'
+        '[ "$(declare -F | sort)" = "$funcs" ] || echo "FUNCTIONS LEFT BEHIND"\n'
+        'comm -13 <(echo "$vars") <(compgen -v | sort) | grep -v -x -e options -e funcs -e vars -e PIPESTATUS'
+        ' | sed "s/^/NEW VARIABLE /"\n'
+        f"command -v python\n{PRINT}\n"
+    )
+    done = _bash(script, tmp_path, SETUP=str(install.prefix / f"lightning-setup-{tag}.sh"), NAMES=names)
+    assert done.returncode == 0, done.stderr
+    report, _, rest = done.stdout.partition("/")
+    lines = ("/" + rest).splitlines()
+    root = str(install.root)
+    assert lines[0] == f"{root}/bin/python"
+    got = _vars("\n".join(lines[1:]))
+    # Only the variables it exports are new: no shell options, functions or helper variables left behind.
+    assert report.splitlines() == [f"NEW VARIABLE {name}" for name in sorted(set(got) - {"PATH"})]
+    assert got["PATH"] == f"{root}/bin:/usr/bin:/bin"  # once, though sourced twice
+    assert got["CONDA_PREFIX" if conda else "VIRTUAL_ENV"] == root
+    assert ("VIRTUAL_ENV" if conda else "CONDA_PREFIX") not in got
+    assert got["PYTHONUSERBASE"] == f"{tmp_path}/.local/lightning-xpu/{tag}"
+    assert got["LIGHTNING_XPU_ROOT"] == root
+    for setting in recipes.sites[site].env:
+        assert got[setting.name] == setting.value
+    if recipes.sites[site].modules:  # no `module` command in this shell: said, not fatal
+        assert "no 'module' command here" in done.stderr
+
+
+def test_user_values_win_and_relocation_works(rendered: Rendered, tmp_path: Path) -> None:
+    install = make_install(rendered, tmp_path / "first place", "2.7", "dawn", True)
+    moved = tmp_path / "moved elsewhere"
+    shutil.move(install.prefix, moved)
+    done = _bash(
+        f'source "$SETUP"; {PRINT}',
+        tmp_path,
+        SETUP=str(moved / "lightning-setup-2.7.sh"),
+        NAMES="LIGHTNING_XPU_ROOT CCL_ATL_TRANSPORT ZE_FLAT_DEVICE_HIERARCHY",
+        CCL_ATL_TRANSPORT="mine",
+    )
+    assert done.returncode == 0, done.stderr
+    assert _vars(done.stdout) == {
+        "LIGHTNING_XPU_ROOT": f"{moved}/2.7",
+        "CCL_ATL_TRANSPORT": "mine",
+        "ZE_FLAT_DEVICE_HIERARCHY": "FLAT",
+    }
+
+
+def test_switching_versions_replaces_the_old_bin(rendered: Rendered, tmp_path: Path) -> None:
+    first = make_install(rendered, tmp_path / "p", "2.13-cpu", "generic", False)
+    second = make_install(rendered, tmp_path / "p", "2.12-cpu", "generic", False)
+    done = _bash(
+        'source "$A"; source "$B"; echo "$PATH"',
+        tmp_path,
+        A=str(first.prefix / "lightning-setup-2.13-cpu.sh"),
+        B=str(second.prefix / "lightning-setup-2.12-cpu.sh"),
+    )
+    assert done.stdout.strip() == f"{second.root}/bin:/usr/bin:/bin"
+
+
+def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rendered, tmp_path: Path) -> None:
+    setup = tmp_path / "lightning-setup-2.13-cpu.sh"
+    setup.write_text(rendered.text("envs/generic/2.13-cpu/lightning-setup-2.13-cpu.sh"))
+    done = _bash(
+        'source "$SETUP" || echo "returned $?"; echo "${LIGHTNING_XPU_ROOT:-unset}"',
+        tmp_path,
+        SETUP=str(setup),
+    )
+    assert done.stdout.splitlines() == ["returned 1", "unset"]
+    assert done.stderr.strip() == (
+        f"lightning-setup-2.13-cpu.sh: no complete environment at {tmp_path}/2.13-cpu: run "
+        f"install_lightning_2.13.sh --variant cpu --prefix {tmp_path}"
+    )
+
+
+def test_running_instead_of_sourcing_is_refused(rendered: Rendered, tmp_path: Path) -> None:
+    setup = tmp_path / "lightning-setup-2.7.sh"
+    setup.write_text(rendered.text("envs/dawn/2.7/lightning-setup-2.7.sh"))
+    done = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "source this file" in done.stderr
+
+
+@pytest.mark.lmod
+@pytest.mark.parametrize(("tag", "site"), [("2.7", "dawn"), ("2.13-cpu", "aurora"), ("2.10-cuda", "generic")])
+def test_setup_script_gives_the_module_environment(
+    rendered: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str
+) -> None:
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    install = make_install(rendered, tmp_path / "pre fix", tag, site, False)
+    stand_ins = make_stand_ins(tmp_path, set(recipes.sites[site].modules))
+    names = " ".join([*OURS, *(s.name for s in recipes.sites[site].env)])
+    start = f'source "{LMOD_INIT}"; module use "{stand_ins}"; module use "{install.prefix}/modulefiles"; '
+    by_module = _bash(
+        start + f"module load lightning-xpu/{tag}; {PRINT}; module -t list", tmp_path, NAMES=names
+    )
+    by_setup = _bash(
+        start + f'source "$SETUP"; {PRINT}; module -t list',
+        tmp_path,
+        NAMES=names,
+        SETUP=str(install.prefix / f"lightning-setup-{tag}.sh"),
+    )
+    assert by_module.returncode == 0 and by_setup.returncode == 0, by_module.stderr + by_setup.stderr
+    assert _vars(by_setup.stdout) == _vars(by_module.stdout)
+    for module in recipes.sites[site].modules:
+        assert module in by_setup.stderr.split()
