@@ -143,7 +143,7 @@ main() {
 
     build_base
     local base_lightning base_hash version pids=() failed=0
-    base_lightning="$("$BASE/bin/python" -c 'import lightning; print(lightning.__version__)')"
+    base_lightning="$("$BASE/bin/python" -c 'import importlib.metadata as m; print(m.version("lightning"))')"
     base_hash="$(cat "$BASE/$STAMP")"
 
     # Drop venvs of versions no longer listed, so the unit stage runs exactly the listed ones.
