@@ -124,8 +124,11 @@ check_port_free() {
 
 start_daemons() {
     check_port_free
-    rm -rf "$STATE_ROOT"
+    # Clean state: no saved jobs, node states or spool. The logs stay (appended) so that the reason of
+    # an earlier failure can still be read after a restart.
+    rm -rf "$STATE_ROOT/ctld" "$STATE_ROOT/spool" "$STATE_ROOT/run"
     install -d -m 0755 "$STATE_ROOT/ctld" "$STATE_ROOT/spool" "$STATE_ROOT/log" "$STATE_ROOT/run"
+    printf '==== ci/services/slurm.sh start %s ====\n' "$(date -Is)" | tee -a "$CTLD_LOG" >>"$SLURMD_LOG"
     # setsid + no inherited stdio: the daemons must not keep a CI pipe open or die with our session.
     setsid slurmctld -i </dev/null >>"$CTLD_LOG" 2>&1 || fail_with_logs "slurmctld failed to start"
     ci_wait_for 30 scontrol ping >/dev/null 2>&1 || fail_with_logs "slurmctld does not answer 'scontrol ping'"
