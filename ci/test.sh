@@ -20,7 +20,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STAGES=(lint recipes unit services multinode benchmarks docs)
+ALL_STAGES=(lint ci recipes unit services multinode benchmarks docs)
 UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
 RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
@@ -33,6 +33,7 @@ Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--help]
 Runs the whole test suite against real services (Slurm, munge, Lmod, MPICH, Intel MPI), installing
 and starting what is missing. Stages, in order (default: all):
   lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
+  ci          pytest tests/ci (the services and venvs this script relies on)
   recipes     python recipes/render.py check; pytest tests/recipes
   unit        pytest tests/runtime -m "$UNIT_MARKERS", once per Lightning venv
   services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
@@ -114,7 +115,7 @@ done
 ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
 
 rm -rf "$RESULTS_DIR"
-mkdir -p "$RESULTS_DIR"
+mkdir -p "$RESULTS_DIR/tmp"
 
 # ---- stage helpers -----------------------------------------------------------------------------
 STAGE_REPORTS=()  # JUnit reports of the stage now running
@@ -129,15 +130,19 @@ present() {
 }
 
 # run_pytest VENV ARGS...: pytest from VENV (its bin first on PATH) with a JUnit report. "No tests
-# collected" (exit 5) is a failure: a stage whose directory exists must test something.
+# collected" (exit 5) is a failure: a stage whose directory exists must test something. Each run has
+# its own --basetemp: pytest deletes old directories of the shared /tmp/pytest-of-<user>, which would
+# pull files from under jobs of another pytest running at the same time.
 run_pytest() {
     local venv="$1" report rc=0
     shift
-    report="$RESULTS_DIR/$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1)).xml"
+    local run="$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))"
+    report="$RESULTS_DIR/$run.xml"
     STAGE_REPORTS+=("$report")
     printf -- '--- pytest %s (python: %s)\n' "$*" "$venv/bin/python"
     PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" "$venv/bin/python" -m pytest "$@" \
-        --junitxml="$report" --timeout="$TIMEOUT" -p no:cacheprovider || rc=$?
+        --junitxml="$report" --timeout="$TIMEOUT" -p no:cacheprovider \
+        --basetemp="$RESULTS_DIR/tmp/$run" || rc=$?
     case "$rc" in
         0) return 0 ;;
         5) printf -- '--- FAILED: no tests collected by pytest %s\n' "$*" ;;
@@ -205,6 +210,7 @@ stage_dir() {
     fi
     run_pytest "$BASE" "$1"
 }
+stage_ci() { stage_dir tests/ci; }
 stage_multinode() { stage_dir tests/multinode; }
 stage_benchmarks() { stage_dir tests/benchmarks; }
 stage_docs() { stage_dir tests/docs; }
