@@ -55,3 +55,24 @@ ci_stop_pidfile() {
     done
     ci_log "$name stopped"
 }
+
+# ci_python311: set PYTHON_BIN to the Python 3.11 that builds our venvs (LXPU_PYTHON_BIN, default
+# python3.11): the machine's local torch wheel is a CPython 3.11 one.
+ci_python311() {
+    PYTHON_BIN="${LXPU_PYTHON_BIN:-python3.11}"
+    command -v "$PYTHON_BIN" >/dev/null || ci_die "$PYTHON_BIN not found: install Python 3.11 or set LXPU_PYTHON_BIN"
+    [[ "$("$PYTHON_BIN" -c 'import sys; print(sys.version_info[:2] == (3, 11))')" == True ]] \
+        || ci_die "$PYTHON_BIN is not Python 3.11 (the local torch wheel is cp311): set LXPU_PYTHON_BIN to a python3.11"
+}
+
+# ci_help_only USAGE_FUNCTION ARGS...: for scripts whose only option is --help.
+ci_help_only() {
+    local usage_fn="$1" script
+    shift
+    script="$(realpath "$0")"
+    case "${1:-}" in
+        -h | --help) "$usage_fn"; exit 0 ;;
+        "") ;;
+        *) ci_die "unknown argument '$1': see bash ${script#"$LXPU_REPO_ROOT"/} --help" ;;
+    esac
+}

@@ -130,15 +130,8 @@ build_lightning() {
 }
 
 main() {
-    case "${1:-}" in
-        -h | --help) usage; return ;;
-        "") ;;
-        *) ci_die "unknown argument '$1': see bash ci/venvs.sh --help" ;;
-    esac
-    PYTHON_BIN="${LXPU_PYTHON_BIN:-python3.11}"
-    command -v "$PYTHON_BIN" >/dev/null || ci_die "$PYTHON_BIN not found: install Python 3.11 or set LXPU_PYTHON_BIN"
-    [[ "$("$PYTHON_BIN" -c 'import sys; print(sys.version_info[:2] == (3, 11))')" == True ]] \
-        || ci_die "$PYTHON_BIN is not Python 3.11 (the local torch wheel is cp311): set LXPU_PYTHON_BIN to a python3.11"
+    ci_help_only usage "$@"
+    ci_python311
     mkdir -p "$VENVS/logs" "$VENVS/lightning"
 
     build_base

@@ -71,13 +71,8 @@ install_impi() {
 }
 
 main() {
-    case "${1:-}" in
-        -h | --help) usage; return ;;
-        "") ;;
-        *) ci_die "unknown argument '$1': see bash ci/services/install.sh --help" ;;
-    esac
-    PYTHON_BIN="${LXPU_PYTHON_BIN:-python3.11}"
-    command -v "$PYTHON_BIN" >/dev/null || ci_die "$PYTHON_BIN not found: install Python 3.11 or set LXPU_PYTHON_BIN"
+    ci_help_only usage "$@"
+    ci_python311
     install_debian
     install_impi
     ci_log "services installed (Intel MPI launcher: $IMPI_VENV/bin/mpiexec)"

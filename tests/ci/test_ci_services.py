@@ -84,8 +84,9 @@ def test_start_resumes_a_drained_node(slurm_cluster: str) -> None:
         assert result.returncode == 0, result.stderr
         assert "is drained: resuming it" in result.stderr or "is draining: resuming it" in result.stderr
         assert slurm("sinfo", "-h", "-n", slurm_cluster, "-o", "%T") in ("idle", "mixed", "allocated")
-    finally:
-        subprocess.run(["scontrol", "update", f"nodename={slurm_cluster}", "state=resume"], check=False)
+    finally:  # never leave the shared node drained, whatever failed above
+        if slurm("sinfo", "-h", "-n", slurm_cluster, "-o", "%T").startswith("drain"):
+            slurm("scontrol", "update", f"nodename={slurm_cluster}", "state=resume")
 
 
 @pytest.mark.slurm
