@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# The project's test command (README): bash ci/test.sh [--stage NAME]... [--keep-services]
+#
+# Installs what is missing of the real services (ci/services/install.sh), starts munge and a
+# single-node Slurm (ci/services/*.sh), builds the test venvs (ci/venvs.sh), then runs the stages, each
+# timed, and prints a summary. Any failing stage fails the run (exit 1) after all stages ran.
+#
+# Contract with the tests: every pytest runs with these variables exported.
+#   LXPU_REQUIRE_SERVICES=1  a test whose service (Slurm, Lmod, MPI, ...) is missing FAILS, never skips
+#   LXPU_PYTHON              python of the base venv (build/venvs/base: torch 2.13.0+cpu, Lightning 2.6.6)
+#   LXPU_VENV_DIR            directory holding one venv per supported Lightning version, named by version
+#                            (build/venvs/lightning/2.2.5, ...; the base's version is a symlink to base)
+#   LXPU_IMPI_MPIEXEC        Intel MPI's mpiexec (build/venvs/impi/bin/mpiexec; not on PATH)
+#   LXPU_MPICH_MPIEXEC       MPICH's Hydra mpiexec (/usr/bin/mpiexec.mpich)
+#   LXPU_LMOD_INIT           Lmod's bash init (/usr/share/lmod/lmod/init/bash), to source under set -u
+#   OMP_NUM_THREADS          1 unless already set (many ranks share 2 cores)
+# Slurm: /etc/slurm/slurm.conf, default partition pvc9, node `hostname -s`; munge is running.
+# The venv running a pytest comes first on its PATH (python, pytest, ruff).
+set -euo pipefail
+# shellcheck source=ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ALL_STAGES=(lint ci recipes unit services multinode benchmarks docs)
+UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
+SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
+RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
+BASE="$LXPU_REPO_ROOT/build/venvs/base"
+
+usage() {
+    cat <<USAGE
+Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--help]
+
+Runs the whole test suite against real services (Slurm, munge, Lmod, MPICH, Intel MPI), installing
+and starting what is missing. Stages, in order (default: all):
+  lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
+  ci          pytest tests/ci (the services and venvs this script relies on)
+  recipes     python recipes/render.py check; pytest tests/recipes
+  unit        pytest tests/runtime -m "$UNIT_MARKERS", once per Lightning venv
+  services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
+  multinode   pytest tests/multinode
+  benchmarks  pytest tests/benchmarks
+  docs        pytest tests/docs
+A stage whose files are not present is skipped with a note; a present test directory that collects
+no test fails its stage.
+
+  --stage NAME      run only this stage (repeat for several)
+  --keep-services   leave munge and Slurm running at the end even if this run started them
+Environment: LXPU_TEST_TIMEOUT per-test timeout in seconds (default 900).
+JUnit reports: build/ci-results/.
+USAGE
+}
+
+# ---- command line ------------------------------------------------------------------------------
+SELECTED=()
+KEEP_SERVICES=0
+while (($#)); do
+    case "$1" in
+        -h | --help) usage; exit 0 ;;
+        --keep-services) KEEP_SERVICES=1 ;;
+        --stage)
+            (($# >= 2)) || ci_die "--stage needs a name: one of ${ALL_STAGES[*]}"
+            [[ " ${ALL_STAGES[*]} " == *" $2 "* ]] || ci_die "unknown stage '$2': use one of ${ALL_STAGES[*]}"
+            SELECTED+=("$2")
+            shift
+            ;;
+        *) ci_die "unknown argument '$1': see bash ci/test.sh --help" ;;
+    esac
+    shift
+done
+((${#SELECTED[@]})) || SELECTED=("${ALL_STAGES[@]}")
+TIMEOUT="${LXPU_TEST_TIMEOUT:-900}"
+[[ "$TIMEOUT" =~ ^[1-9][0-9]*$ ]] || ci_die "LXPU_TEST_TIMEOUT='$TIMEOUT' is not a number of seconds: e.g. LXPU_TEST_TIMEOUT=900"
+
+cd "$LXPU_REPO_ROOT"
+
+# ---- services and venvs ------------------------------------------------------------------------
+STARTED=()
+stop_started_services() {
+    ((KEEP_SERVICES == 0)) || return 0
+    local i
+    # Reverse order: Slurm before the munge it depends on. Services that ran before us stay up.
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+        bash "ci/services/${STARTED[i]}.sh" stop || true
+    done
+}
+trap stop_started_services EXIT
+
+# start_service NAME: start ci/services/NAME.sh; remember it only if it was not already running.
+start_service() {
+    bash "ci/services/$1.sh" status >/dev/null 2>&1 || STARTED+=("$1")
+    bash "ci/services/$1.sh" start
+}
+
+now() { printf '%s' "$EPOCHREALTIME"; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+RUN_START="$(now)"
+ci_log "preparing: services and venvs"
+bash ci/services/install.sh
+start_service munge
+start_service slurm
+bash ci/venvs.sh
+
+export LXPU_REQUIRE_SERVICES=1
+export LXPU_PYTHON="$BASE/bin/python"
+export LXPU_VENV_DIR="$LXPU_REPO_ROOT/build/venvs/lightning"
+export LXPU_IMPI_MPIEXEC="$LXPU_REPO_ROOT/build/venvs/impi/bin/mpiexec"
+export LXPU_MPICH_MPIEXEC=/usr/bin/mpiexec.mpich
+export LXPU_LMOD_INIT=/usr/share/lmod/lmod/init/bash
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+for tool in "$LXPU_IMPI_MPIEXEC" "$LXPU_MPICH_MPIEXEC"; do
+    [[ -x "$tool" ]] || ci_die "$tool is missing: run bash ci/services/install.sh"
+done
+[[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh"
+ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
+
+rm -rf "$RESULTS_DIR"
+mkdir -p "$RESULTS_DIR/tmp"
+
+# ---- stage helpers -----------------------------------------------------------------------------
+STAGE_REPORTS=()  # JUnit reports of the stage now running
+STAGE_SKIPPED=""  # set by a stage that has nothing to run: the reason
+
+# present PATH...: the paths among PATH... that exist.
+present() {
+    local path
+    for path in "$@"; do
+        [[ ! -e "$path" ]] || printf '%s\n' "$path"
+    done
+}
+
+# run_pytest VENV ARGS...: pytest from VENV (its bin first on PATH) with a JUnit report. "No tests
+# collected" (exit 5) is a failure: a stage whose directory exists must test something. Each run has
+# its own --basetemp: pytest deletes old directories of the shared /tmp/pytest-of-<user>, which would
+# pull files from under jobs of another pytest running at the same time.
+run_pytest() {
+    local venv="$1" report rc=0
+    shift
+    local run="$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))"
+    report="$RESULTS_DIR/$run.xml"
+    STAGE_REPORTS+=("$report")
+    printf -- '--- pytest %s (python: %s)\n' "$*" "$venv/bin/python"
+    PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" "$venv/bin/python" -m pytest "$@" \
+        --junitxml="$report" --timeout="$TIMEOUT" -p no:cacheprovider \
+        --basetemp="$RESULTS_DIR/tmp/$run" || rc=$?
+    case "$rc" in
+        0) return 0 ;;
+        5) printf -- '--- FAILED: no tests collected by pytest %s\n' "$*" ;;
+        *) printf -- '--- FAILED: pytest %s exited %s\n' "$*" "$rc" ;;
+    esac
+    return 1
+}
+
+# ---- stages: each returns non-zero on failure, or sets STAGE_SKIPPED -------------------------------
+stage_lint() {
+    local rc=0 scripts=()
+    printf -- '--- ruff check .\n'
+    "$BASE/bin/ruff" check . || rc=1
+    mapfile -t scripts < <(git ls-files -- '*.sh' .ci/run)
+    printf -- '--- shellcheck on %s files\n' "${#scripts[@]}"
+    shellcheck -x "${scripts[@]}" || rc=1
+    return "$rc"
+}
+
+stage_recipes() {
+    local rc=0
+    if [[ ! -e recipes/render.py && ! -d tests/recipes ]]; then
+        STAGE_SKIPPED="recipes/render.py and tests/recipes not present"
+        return 0
+    fi
+    if [[ -e recipes/render.py ]]; then
+        printf -- '--- python recipes/render.py check\n'
+        "$BASE/bin/python" recipes/render.py check || rc=1
+    fi
+    if [[ -d tests/recipes ]]; then
+        run_pytest "$BASE" tests/recipes || rc=1
+    fi
+    return "$rc"
+}
+
+stage_unit() {
+    local rc=0 versions=() version
+    if [[ ! -d tests/runtime ]]; then
+        STAGE_SKIPPED="tests/runtime not present"
+        return 0
+    fi
+    mapfile -t versions < <(find "$LXPU_VENV_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V)
+    ((${#versions[@]})) || { printf -- '--- FAILED: no venvs in %s: run bash ci/venvs.sh\n' "$LXPU_VENV_DIR"; return 1; }
+    for version in "${versions[@]}"; do
+        run_pytest "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    done
+    return "$rc"
+}
+
+stage_services() {
+    local dirs=()
+    mapfile -t dirs < <(present tests/runtime tests/install)
+    if ((${#dirs[@]} == 0)); then
+        STAGE_SKIPPED="tests/runtime and tests/install not present"
+        return 0
+    fi
+    run_pytest "$BASE" "${dirs[@]}" -m "$SERVICE_MARKERS"
+}
+
+# stage_dir DIR: the stages that are one pytest over one directory.
+stage_dir() {
+    if [[ ! -d "$1" ]]; then
+        STAGE_SKIPPED="$1 not present"
+        return 0
+    fi
+    run_pytest "$BASE" "$1"
+}
+stage_ci() { stage_dir tests/ci; }
+stage_multinode() { stage_dir tests/multinode; }
+stage_benchmarks() { stage_dir tests/benchmarks; }
+stage_docs() { stage_dir tests/docs; }
+
+# ---- run ---------------------------------------------------------------------------------------
+SUMMARY=()
+ALL_REPORTS=()
+FAILED_STAGES=0
+for CURRENT_STAGE in "${SELECTED[@]}"; do
+    printf '\n==================== stage %s ====================\n' "$CURRENT_STAGE"
+    STAGE_REPORTS=()
+    STAGE_SKIPPED=""
+    started="$(now)"
+    result=passed
+    "stage_$CURRENT_STAGE" || result=FAILED
+    duration="$(elapsed "$started")"
+    counts=""
+    if [[ -n "$STAGE_SKIPPED" ]]; then
+        result=skipped
+        counts="not present: $STAGE_SKIPPED"
+        printf 'skipped: %s\n' "$counts"
+    elif ((${#STAGE_REPORTS[@]})); then
+        counts="$("$LXPU_PYTHON" ci/junit_summary.py "${STAGE_REPORTS[@]}")"
+        ALL_REPORTS+=("${STAGE_REPORTS[@]}")
+    fi
+    [[ "$result" != FAILED ]] || FAILED_STAGES=$((FAILED_STAGES + 1))
+    printf -- '---- stage %s %s in %s s\n' "$CURRENT_STAGE" "$result" "$duration"
+    SUMMARY+=("$(printf '%-11s %-8s %8s s  %s' "$CURRENT_STAGE" "$result" "$duration" "$counts")")
+done
+
+printf '\n==================== summary ====================\n'
+printf '%-11s %-8s %10s  %s\n' stage result duration tests
+printf '%s\n' "${SUMMARY[@]}"
+total="$("$LXPU_PYTHON" ci/junit_summary.py "${ALL_REPORTS[@]}")"
+printf '==================== %s in %s s ====================\n' "$total" "$(elapsed "$RUN_START")"
+if ((FAILED_STAGES)); then
+    ci_log "$FAILED_STAGES stage(s) failed: see the FAILED lines above"
+    exit 1
+fi
