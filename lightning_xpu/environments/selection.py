@@ -5,8 +5,9 @@ SLURMEnvironment (every rank reads the batch script's SLURM_PROCID=0: EADDRINUSE
 `mpiexec` without mpi4py it picks LightningEnvironment, so every rank spawns its own world. These patches apply
 on every device, CPU and CUDA included, because Lightning gets this wrong on all of them.
 
-Order kept: a cluster environment the user passed wins; TorchElastic keeps its priority; then the launcher
-evidence (`launch.mpi_launcher`) picks ours; otherwise Lightning's original choice runs untouched.
+Order kept: a cluster environment the user passed wins; TorchElastic keeps its priority (and LSF's jsrun,
+which Lightning also reads right); then the launcher evidence (`launch.mpi_launcher`) picks ours; otherwise
+Lightning's original choice runs untouched.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ _CHOOSER = "_choose_and_init_cluster_environment"
 def _choose_by_launcher(namespace: Namespace) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     environments: Any = namespace.fabric_module("plugins.environments")
 
+    # torchrun and LSF's jsrun are launchers Lightning reads right (jsrun also sets OMPI_COMM_WORLD_*).
+    lightnings_own = (environments.TorchElasticEnvironment, environments.LSFEnvironment)
+
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def choose(self: Any) -> Any:
             user_choice = isinstance(getattr(self, "_cluster_environment_flag", None), environments.ClusterEnvironment)
-            if user_choice or environments.TorchElasticEnvironment.detect():
+            if user_choice or any(environment.detect() for environment in lightnings_own):
                 return original(self)
             launcher = mpi_launcher(os.environ)
             if launcher is None:

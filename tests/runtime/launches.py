@@ -17,7 +17,7 @@ import pytest
 _LAUNCH_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "PMI_", "PMIX_", "MPI_LOCAL", "PALS_", "OMPI_", "PBS_",
                     "HYDRA_", "HYDI_", "I_MPI_", "TORCHELASTIC_", "LSB_", "JSM_")
 _LAUNCH_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                 "LOCAL_WORLD_SIZE", "ROLE_RANK", "LIGHTNING_XPU_DISABLE")
+                 "LOCAL_WORLD_SIZE", "ROLE_RANK")
 
 
 def is_launch_variable(name: str) -> bool:
@@ -58,6 +58,11 @@ PALS = {"PALS_RANKID": "1", "PALS_LOCAL_RANKID": "1", "PALS_NODEID": "0", "PALS_
         "PMI_LOCAL_SIZE": "2", "PBS_JOBID": "123.aurora-pbsadmin", "PBS_O_WORKDIR": "/home/user"}
 TORCHRUN = {"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "LOCAL_RANK": "1", "GROUP_RANK": "0", "ROLE_RANK": "1",
             "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400"}
+# IBM's jsrun under LSF (Lightning's LSFEnvironment); Spectrum MPI's jsrun also sets Open MPI's variables.
+# LSB_DJOB_RANKFILE must name a real rank file (launch node first, then one line per rank's host).
+JSRUN = {"LSB_JOBID": "4242", "JSM_NAMESPACE_RANK": "1", "JSM_NAMESPACE_SIZE": "2", "JSM_NAMESPACE_LOCAL_RANK": "1",
+         "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+         "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
 # Two hosts (node1, node2), two ranks each, rank 3 = local rank 1 of the second host.
 MPICH_TWO_HOSTS_IN_SBATCH = {
     **BATCH, **_HYDRA_STEP, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODELIST": "node[1-2]", "SLURM_NNODES": "2",

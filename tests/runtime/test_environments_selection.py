@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import warnings
 from typing import Any
 
@@ -87,6 +88,18 @@ def test_a_cluster_environment_the_user_passed_still_wins(kind, module, monkeypa
     launches.launch(monkeypatch, launches.MPICH_IN_SBATCH)
     mine = _environments(module).LightningEnvironment()
     assert _chosen(kind, module, plugins=[mine]) is mine
+
+
+@pytest.mark.parametrize(("kind", "module"), TARGETS)
+def test_jsrun_keeps_lightnings_lsf_environment(kind, module, monkeypatch, tmp_path) -> None:
+    rank_file = tmp_path / "rankfile"
+    rank_file.write_text(f"launchnode\n{socket.gethostname()}\n{socket.gethostname()}\n")
+    launches.launch(monkeypatch, {**launches.JSRUN, "LSB_DJOB_RANKFILE": str(rank_file)})
+    # LSFEnvironment() exports MASTER_ADDR/PORT; set them through monkeypatch so that they are undone.
+    monkeypatch.setenv("MASTER_ADDR", "launchnode")
+    monkeypatch.setenv("MASTER_PORT", "29400")
+    env = _chosen(kind, module)
+    assert type(env).__name__ == "LSFEnvironment" and env.global_rank() == 1
 
 
 @pytest.mark.parametrize(("kind", "module"), TARGETS)
