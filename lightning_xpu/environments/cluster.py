@@ -9,6 +9,7 @@ built once per Fabric namespace because `lightning.fabric` and `lightning_fabric
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -98,7 +99,7 @@ class _LaunchedEnvironmentMethods:
 
 @functools.cache
 def _environment_classes(fabric: str) -> dict[str, type]:
-    environments: Any = Namespace(pytorch=None, fabric=fabric).fabric_module("plugins.environments")
+    environments: Any = importlib.import_module(f"{fabric}.plugins.environments")
     return {
         launcher: type(
             name,
@@ -122,8 +123,3 @@ def environment_class(namespace: Namespace, launcher: str) -> type:
 def environment_class_by_name(namespace: Namespace, name: str) -> type:
     launcher = {class_name: launcher for launcher, class_name in _CLASS_NAMES.items()}[name]
     return environment_class(namespace, launcher)
-
-
-def is_launched_environment(environment: Any) -> bool:
-    cls = environment if isinstance(environment, type) else type(environment)
-    return issubclass(cls, _LaunchedEnvironmentMethods)

@@ -83,28 +83,17 @@ def mpi_launcher(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+# Launchers without a node index: (global rank, world size, local rank, local world size).
+_RANK_VARIABLES = {
+    HYDRA: ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    OPENMPI: tuple(f"OMPI_COMM_WORLD_{name}" for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE")),
+}
+
+
 def launch_ranks(launcher: str, environ: Mapping[str, str]) -> Ranks:
     """The ranks an MPI launcher gave this process."""
-    if launcher == HYDRA:
-        return _checked(
-            _block_placed(
-                environ,
-                global_rank="PMI_RANK",
-                world_size="PMI_SIZE",
-                local_rank="MPI_LOCALRANKID",
-                local_world_size="MPI_LOCALNRANKS",
-            )
-        )
-    if launcher == OPENMPI:
-        return _checked(
-            _block_placed(
-                environ,
-                global_rank="OMPI_COMM_WORLD_RANK",
-                world_size="OMPI_COMM_WORLD_SIZE",
-                local_rank="OMPI_COMM_WORLD_LOCAL_RANK",
-                local_world_size="OMPI_COMM_WORLD_LOCAL_SIZE",
-            )
-        )
+    if launcher in _RANK_VARIABLES:
+        return _checked(_block_placed(environ, *_RANK_VARIABLES[launcher]))
     if launcher == PALS:
         return _checked(_pals_ranks(environ))
     raise ValueError(f"not an MPI launcher: {launcher!r} (expected one of {', '.join(MPI_LAUNCHERS)})")
@@ -131,9 +120,9 @@ def _int(environ: Mapping[str, str], *names: str) -> int:
 
 
 def _block_placed(
-    environ: Mapping[str, str], *, global_rank: str, world_size: str, local_rank: str, local_world_size: str
+    environ: Mapping[str, str], global_rank: str, world_size: str, local_rank: str, local_world_size: str
 ) -> Ranks:
-    """Launchers without a node index: nodes hold equal blocks of consecutive ranks (checked in validation)."""
+    """Nodes hold equal blocks of consecutive ranks (checked by the cluster environment's validate_settings)."""
     rank = _int(environ, global_rank)
     local_size = _int(environ, local_world_size)
     if local_size < 1:
