@@ -1,0 +1,125 @@
+"""Lightning cluster environments for processes started by an MPI launcher, without mpi4py.
+
+One class per launcher (`HydraEnvironment` for MPICH and Intel MPI, `PALSEnvironment`, `OpenMPIEnvironment`),
+built once per Fabric namespace because `lightning.fabric` and `lightning_fabric` have distinct
+`ClusterEnvironment` base classes. Every answer is a function of the environment variables (see `launch` and
+`rendezvous`); nothing is written into `os.environ`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from lightning_xpu._namespaces import Namespace
+from lightning_xpu.environments import rendezvous
+from lightning_xpu.environments.launch import HYDRA, OPENMPI, PALS, Ranks, launch_ranks, mpi_launcher
+
+log = logging.getLogger(__name__)
+
+# Class name and what the user ran, per launcher.
+_CLASS_NAMES = {HYDRA: "HydraEnvironment", PALS: "PALSEnvironment", OPENMPI: "OpenMPIEnvironment"}
+_LAUNCHER_WORDS = {HYDRA: "MPICH/Intel MPI mpiexec", PALS: "PALS mpiexec", OPENMPI: "Open MPI mpirun"}
+
+
+class _LaunchedEnvironmentMethods:
+    """The whole ClusterEnvironment API; mixed in front of the namespace's ClusterEnvironment base class."""
+
+    launcher: ClassVar[str]
+    _first_slurm_host: ClassVar[Callable[[str], str]]
+
+    def __init__(self, environ: Mapping[str, str] = os.environ) -> None:
+        # os.environ itself (not a copy), read at every call as Lightning's own environments do.
+        self.environ = environ
+
+    def ranks(self) -> Ranks:
+        return launch_ranks(self.launcher, self.environ)
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        return rendezvous.main_address(self.environ, self.ranks(), type(self)._first_slurm_host)
+
+    @property
+    def main_port(self) -> int:
+        return rendezvous.main_port(self.environ)
+
+    @classmethod
+    def detect(cls) -> bool:
+        return mpi_launcher(os.environ) == cls.launcher
+
+    def world_size(self) -> int:
+        return self.ranks().world_size
+
+    def set_world_size(self, size: int) -> None:
+        log.debug("%s.set_world_size(%s) ignored: the launcher decides the world size.", type(self).__name__, size)
+
+    def global_rank(self) -> int:
+        return self.ranks().global_rank
+
+    def set_global_rank(self, rank: int) -> None:
+        log.debug("%s.set_global_rank(%s) ignored: the launcher decides the rank.", type(self).__name__, rank)
+
+    def local_rank(self) -> int:
+        return self.ranks().local_rank
+
+    def node_rank(self) -> int:
+        return self.ranks().node_rank
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        """Lightning's arguments must describe the launch, or ranks would wait for peers that never come."""
+        ranks = self.ranks()
+        launched = _LAUNCHER_WORDS[self.launcher]
+        if ranks.local_world_size != num_devices:
+            raise ValueError(
+                f"You set `devices={num_devices}` in Lightning, but {launched} started {ranks.local_world_size}"
+                f" ranks on this node. HINT: set `devices={ranks.local_world_size}` or start {num_devices} ranks"
+                " per node."
+            )
+        if ranks.world_size != num_devices * num_nodes:
+            raise ValueError(
+                f"You set `num_nodes={num_nodes}` and `devices={num_devices}` in Lightning, but {launched} started"
+                f" {ranks.world_size} ranks in all. HINT: set `num_nodes={max(ranks.world_size // num_devices, 1)}`"
+                " or start that many ranks per node on each node."
+            )
+        if ranks.global_rank != ranks.node_rank * num_devices + ranks.local_rank:
+            raise ValueError(
+                f"{launched} placed rank {ranks.global_rank} as local rank {ranks.local_rank} of node"
+                f" {ranks.node_rank}, but Lightning numbers ranks node by node. HINT: place consecutive ranks"
+                f" on the same node (block placement, e.g. `-ppn {num_devices}`, no round-robin)."
+            )
+
+
+@functools.cache
+def _environment_classes(fabric: str) -> dict[str, type]:
+    environments: Any = importlib.import_module(f"{fabric}.plugins.environments")
+    return {
+        launcher: type(
+            name,
+            (_LaunchedEnvironmentMethods, environments.ClusterEnvironment),
+            {
+                "__module__": __name__,
+                "__doc__": f"Processes started by {_LAUNCHER_WORDS[launcher]} (no mpi4py needed).",
+                "launcher": launcher,
+                "_first_slurm_host": staticmethod(environments.SLURMEnvironment.resolve_root_node_address),
+            },
+        )
+        for launcher, name in _CLASS_NAMES.items()
+    }
+
+
+def environment_class(namespace: Namespace, launcher: str) -> type:
+    """Our ClusterEnvironment for `launcher` (hydra, pals, openmpi) in the namespace's Fabric package."""
+    return _environment_classes(namespace.fabric)[launcher]
+
+
+def environment_class_by_name(namespace: Namespace, name: str) -> type:
+    launcher = {class_name: launcher for launcher, class_name in _CLASS_NAMES.items()}[name]
+    return environment_class(namespace, launcher)

@@ -1,0 +1,181 @@
+"""Real 2-process DDP fits on CPU (gloo) with lightning_xpu imported, one per launcher: Lightning itself, MPICH
+and Intel MPI `mpiexec` (no mpi4py), `srun` inside an `sbatch` job, and `mpiexec` inside an `sbatch` job (the
+launch unpatched Lightning takes for srun). Every rank runs scripts/common/toy_fit.py; the checks read the
+reports the ranks write, never only exit codes (a misconfigured Slurm records failed jobs as COMPLETED).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightning_xpu.environments.rendezvous import main_port
+from tests.conftest import require_service
+from tests.runtime.launches import without_launch_variables
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = 64
+LAUNCH_SECONDS = 180  # `timeout` around every launch
+JOB_SECONDS = 300  # a Slurm job, queueing included
+# Which variable holds the rank the launcher gave, per launcher.
+LAUNCHER_RANK = {"srun": "SLURM_PROCID", "mpich": "PMI_RANK", "impi": "PMI_RANK"}
+
+
+def _toy_fit() -> Path:
+    # LXPU_TOY_FIT: a copy of the toy fit while scripts/common/ is not in this checkout.
+    path = Path(os.environ.get("LXPU_TOY_FIT") or REPO / "scripts" / "common" / "toy_fit.py")
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: the toy fit comes from scripts/common/toy_fit.py (or set LXPU_TOY_FIT)")
+    return path
+
+
+def _fit_command(out: Path) -> list[str]:
+    return [sys.executable, str(_toy_fit()), "--out", str(out), "--accelerator", "cpu", "--devices", "2",
+            "--strategy", "ddp", "--samples", str(SAMPLES), "--import-lightning-xpu"]
+
+
+def _rank_environment(**extra: str) -> dict[str, str]:
+    """The environment of a launch: ours minus any launcher's variables, the repository importable."""
+    env = without_launch_variables(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _mpiexec(launcher: str) -> str:
+    if launcher == "mpich":
+        path = os.environ.get("LXPU_MPICH_MPIEXEC") or shutil.which("mpiexec.mpich") or "/usr/bin/mpiexec.mpich"
+        require_service("mpi", os.access(path, os.X_OK), f"no MPICH mpiexec at {path}: run bash ci/services/install.sh")
+    else:
+        path = os.environ.get("LXPU_IMPI_MPIEXEC", "")
+        require_service("impi", bool(path) and os.access(path, os.X_OK),
+                        f"LXPU_IMPI_MPIEXEC={path!r} is not Intel MPI's mpiexec (pip install impi-rt; see ci/)")
+    return path
+
+
+def _run(command: list[str], env: dict[str, str]) -> str:
+    """Run a launch under `timeout`; return its combined output (the exit status is checked by the caller)."""
+    process = subprocess.run(["timeout", "-k", "10", str(LAUNCH_SECONDS), *command], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return f"$ {shlex.join(command)}\n(exit {process.returncode})\n{process.stdout}"
+
+
+def _check_ddp_fit(out: Path, output: str, environment: str, launcher: str | None) -> list[dict[str, Any]]:
+    """Two distinct ranks of one world of 2, disjoint data shards, gradients really all-reduced."""
+    reports = [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
+    assert len(reports) == 2, f"expected 2 rank reports in {out}, got {len(reports)}\n{output}"
+    assert sorted(report["global_rank"] for report in reports) == [0, 1], output
+    assert sorted(report["local_rank"] for report in reports) == [0, 1], output
+    assert [report["world_size"] for report in reports] == [2, 2], output
+    assert [report["node_rank"] for report in reports] == [0, 0], output
+    assert {report["cluster_environment"] for report in reports} == {environment}, output
+    assert all(report["lightning_xpu_imported"] for report in reports)
+    if launcher is not None:  # each rank is the one the launcher started, not a child it spawned
+        variable = LAUNCHER_RANK[launcher]
+        assert all(report["launch_environment"][variable] == str(report["global_rank"]) for report in reports)
+    shards = [set(report["data_indices"]) for report in reports]
+    assert all(shards) and not shards[0] & shards[1], f"ranks read overlapping data: {shards}"
+    assert shards[0] | shards[1] == set(range(SAMPLES))
+    assert len({report["initial_weights_sha256"] for report in reports}) == 1
+    final = {report["final_weights_sha256"] for report in reports}
+    assert len(final) == 1, "final weights differ between ranks: gradients were not all-reduced"
+    assert final != {reports[0]["initial_weights_sha256"]}, "the weights did not change"
+    assert len({(report["master_addr"], report["master_port"]) for report in reports}) == 1
+    return reports
+
+
+def test_ddp_fit_launched_by_lightning(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    output = _run(_fit_command(out), _rank_environment(MASTER_PORT=str(_free_port())))
+    _check_ddp_fit(out, output, "LightningEnvironment", None)
+
+
+@pytest.mark.parametrize("launcher", [pytest.param("mpich", marks=pytest.mark.mpi),
+                                      pytest.param("impi", marks=pytest.mark.impi)])
+def test_ddp_fit_launched_by_mpiexec_without_mpi4py(launcher: str, tmp_path: Path) -> None:
+    mpiexec = _mpiexec(launcher)
+    out = tmp_path / "out"
+    port = _free_port()
+    output = _run([mpiexec, "-n", "2", *_fit_command(out)], _rank_environment(MASTER_PORT=str(port)))
+    reports = _check_ddp_fit(out, output, "HydraEnvironment", launcher)
+    assert (reports[0]["master_addr"], reports[0]["master_port"]) == ("127.0.0.1", port)
+
+
+# ---- inside an sbatch job -------------------------------------------------------------------------------
+
+
+def _require_slurm() -> None:
+    ready = False
+    if shutil.which("sbatch") and shutil.which("sinfo"):
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30).stdout
+        ready = any(state in ("idle", "mixed", "allocated") for state in states.split())
+    require_service("slurm", ready, "no usable Slurm node: bash ci/services/slurm.sh start")
+
+
+def _job_state(job_id: str) -> str:
+    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+    for field in shown.stdout.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return "GONE"  # purged from the controller: long finished
+
+
+def _run_job(script: Path, env: dict[str, str], log: Path) -> str:
+    """Submit `script` for one node and 2 tasks, wait for it to end; return its job id."""
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-p", "pvc9", "-N", "1", "--ntasks-per-node=2", "-t", "5", "-J", script.stem,
+         "-o", str(log), str(script)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert submitted.returncode == 0, f"sbatch failed: {submitted.stderr}"
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + JOB_SECONDS
+    while _job_state(job_id) in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], timeout=30)
+            pytest.fail(f"job {job_id} did not end within {JOB_SECONDS} s\n{log.read_text() if log.exists() else ''}")
+        time.sleep(1)
+    return job_id
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    ("launcher", "environment"),
+    [("srun", "SLURMEnvironment"),
+     pytest.param("mpich", "HydraEnvironment", marks=pytest.mark.mpi),
+     pytest.param("impi", "HydraEnvironment", marks=pytest.mark.impi)],
+)
+def test_ddp_fit_in_an_sbatch_job(launcher: str, environment: str, tmp_path: Path) -> None:
+    """srun is Lightning's own case; mpiexec in sbatch is the trap. No MASTER_PORT: the derived one is used."""
+    _require_slurm()
+    start = ["srun", "--kill-on-bad-exit=1"] if launcher == "srun" else [_mpiexec(launcher), "-n", "2"]
+    out = tmp_path / "out"
+    script = tmp_path / f"lxpu-launch-{launcher}.sh"
+    script.write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        f"exec timeout -k 10 {LAUNCH_SECONDS} {shlex.join([*start, *_fit_command(out)])}\n"
+    )
+    log = tmp_path / "job.log"
+    job_id = _run_job(script, _rank_environment(), log)
+    output = f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
+    reports = _check_ddp_fit(out, output, environment, launcher)
+    if launcher != "srun":
+        derived = main_port({"SLURM_JOB_ID": job_id})
+        assert (reports[0]["master_addr"], reports[0]["master_port"]) == ("127.0.0.1", derived), output
