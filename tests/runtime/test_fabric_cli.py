@@ -40,8 +40,13 @@ def invoke(namespace: Namespace, monkeypatch: pytest.MonkeyPatch, tmp_path, *opt
     return result, launched
 
 
-@FABRIC_NAMESPACES
-def test_unpatched_cli_rejects_xpu(namespace: Namespace, tmp_path) -> None:
+def test_unpatched_cli_rejects_xpu(tmp_path) -> None:
+    """Lightning alone (subprocess, LIGHTNING_XPU_DISABLE=1): the `--accelerator` choices have no "xpu".
+
+    Shown in `lightning_fabric` only: `lightning.fabric.cli` is the same code, and its subprocess would import all of
+    `lightning` (slow) to show the same thing.
+    """
+    namespace = STANDALONE_FABRIC
     code = (
         "import sys; from click.testing import CliRunner\n"
         f"from {namespace.fabric}.cli import _main\n"

@@ -135,4 +135,4 @@ def test_cpu_monitor_never_touches_the_xpu(namespace: Namespace, monkeypatch) ->
     trainer = trainer_on(namespace, "cpu")
     monitor = started_monitor(namespace, trainer)
     monitor._update(trainer, None, torch.zeros(4), 1)
-    assert monitor._samples[trainer.state.stage] == 4
+    assert monitor._throughputs[trainer.state.stage].compute()["samples"] == 4
