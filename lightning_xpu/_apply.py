@@ -9,9 +9,26 @@ from lightning_xpu._autoload import disabled
 from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces_for
 
 # Modules holding `apply_fabric(namespace)`; applied to lightning.fabric and lightning_fabric.
-FABRIC_PATCHES: tuple[str, ...] = ("lightning_xpu.registration", "lightning_xpu.environments.selection")
+# One module per line (merge-friendly). fabric_cli stays last: importing Fabric's cli module freezes its
+# `--strategy` choices from the registry.
+FABRIC_PATCHES: tuple[str, ...] = (
+    "lightning_xpu.registration",
+    "lightning_xpu.environments.selection",
+    "lightning_xpu.throughput",
+    "lightning_xpu.rng",
+    "lightning_xpu.memory",
+    "lightning_xpu.fabric_cli",
+)
 # Modules holding `apply_pytorch(namespace)`; applied to lightning.pytorch and pytorch_lightning.
-PYTORCH_PATCHES: tuple[str, ...] = ("lightning_xpu.registration", "lightning_xpu.environments.selection")
+PYTORCH_PATCHES: tuple[str, ...] = (
+    "lightning_xpu.registration",
+    "lightning_xpu.environments.selection",
+    "lightning_xpu.profiler",
+    "lightning_xpu.throughput",
+    "lightning_xpu.rng",
+    "lightning_xpu.memory",
+    "lightning_xpu.comm_hooks",
+)
 
 _done: set[tuple[str, str]] = set()
 

@@ -7,10 +7,12 @@ queries patched. Nothing here runs on Intel hardware.
 
 from __future__ import annotations
 
+import copy
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,7 +36,12 @@ class SimulatedXPU:
     devices: int = 2
     xccl: bool = True
     fp64: bool = True
+    # What get_device_name/get_device_properties report: by default one stack of a Max 1550 (FLAT mode: 512 EUs).
+    name: str = "Simulated Intel(R) Data Center GPU Max 1550"
+    eu_count: int | None = 512
     current: int = 0
+    # One CPU generator per simulated device stands in for its XPU generator (get/set_rng_state_all use them).
+    generators: list[torch.Generator] = field(default_factory=list)
     set_device_calls: list[Any] = field(default_factory=list)
     synchronize_calls: int = 0
     empty_cache_calls: int = 0
@@ -47,12 +54,20 @@ class SimulatedXPU:
 def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SimulatedXPU]]:
     """Call it to make this process look like it has Intel GPUs: `sim = simulated_xpu(devices=4, xccl=False)`.
 
-    Patches only device *queries* (availability, count, current/set device, properties, memory stats, cache,
-    synchronize, XCCL availability); tensors still cannot be moved to "xpu" on the CPU build.
+    Patches only device *queries* (availability, count, current/set device, name and properties, memory stats,
+    cache, synchronize, XCCL availability, RNG states, profiler support); tensors still cannot be moved to "xpu" on
+    the CPU build.
     """
 
-    def simulate(devices: int = 2, xccl: bool = True, fp64: bool = True) -> SimulatedXPU:
-        sim = SimulatedXPU(devices=devices, xccl=xccl, fp64=fp64)
+    def simulate(
+        devices: int = 2,
+        xccl: bool = True,
+        fp64: bool = True,
+        name: str = SimulatedXPU.name,
+        eu_count: int | None = SimulatedXPU.eu_count,
+    ) -> SimulatedXPU:
+        sim = SimulatedXPU(devices=devices, xccl=xccl, fp64=fp64, name=name, eu_count=eu_count)
+        sim.generators = [torch.Generator().manual_seed(1000 + index) for index in range(devices)]
 
         def set_device(device: Any) -> None:
             sim.set_device_calls.append(device)
@@ -65,8 +80,13 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
             sim.empty_cache_calls += 1
 
         def properties(device: Any = None) -> SimpleNamespace:
-            return SimpleNamespace(name="Simulated Intel(R) Data Center GPU Max 1550", has_fp64=sim.fp64,
-                                   total_memory=64 * 2**30, driver_version="simulated")
+            extra = {} if sim.eu_count is None else {"gpu_eu_count": sim.eu_count}
+            return SimpleNamespace(name=sim.name, has_fp64=sim.fp64, total_memory=64 * 2**30,
+                                   driver_version="simulated", **extra)
+
+        def set_rng_state_all(states: list[torch.Tensor]) -> None:
+            for generator, state in zip(sim.generators, states):
+                generator.set_state(state)
 
         monkeypatch.setattr(torch.xpu, "is_available", lambda: sim.devices > 0)
         monkeypatch.setattr(torch.xpu, "device_count", lambda: sim.devices)
@@ -78,6 +98,42 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
         monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: properties(device).name)
         monkeypatch.setattr(torch.xpu, "memory_stats", sim.memory_stats)
         monkeypatch.setattr(torch.distributed, "is_xccl_available", lambda: sim.xccl, raising=False)
+        monkeypatch.setattr(torch.xpu, "get_rng_state_all", lambda: [g.get_state() for g in sim.generators])
+        monkeypatch.setattr(torch.xpu, "set_rng_state_all", set_rng_state_all)
+        # An XPU build with the Kineto/PTI tracer can profile XPU activity.
+        supported = [*torch.profiler.supported_activities(), torch.profiler.ProfilerActivity.XPU]
+        monkeypatch.setattr(torch.profiler, "supported_activities", lambda: set(supported))
         return sim
 
     yield simulate
+
+
+@dataclass
+class StandInIPEX:
+    """What the stand-in `intel_extension_for_pytorch` module was asked to do."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    copies: bool = False  # True: behave as if inplace were ignored (returns new objects)
+
+
+@pytest.fixture
+def stand_in_ipex(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInIPEX]:
+    """A STAND-IN for Intel Extension for PyTorch (`intel_extension_for_pytorch`), inserted into `sys.modules`.
+
+    Not IPEX: its `optimize` records its arguments and, like IPEX's `fuse_update_step`, marks the optimizer as fused
+    in place (`optimizer.fused = True`). The real package exists only on PyTorch <= 2.8 XPU stacks.
+    """
+    record = StandInIPEX()
+
+    def optimize(model: Any, dtype: Any = None, optimizer: Any = None, inplace: bool = False, **kwargs: Any) -> Any:
+        record.calls.append({"model": model, "optimizer": optimizer, "dtype": dtype, "inplace": inplace, **kwargs})
+        if record.copies:
+            model, optimizer = copy.deepcopy(model), copy.deepcopy(optimizer)
+        if optimizer is not None:
+            optimizer.fused = True
+        return model if optimizer is None else (model, optimizer)
+
+    module = ModuleType("intel_extension_for_pytorch")
+    module.__dict__.update(optimize=optimize, __version__="0.0.0+stand-in")
+    monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", module)
+    yield record
