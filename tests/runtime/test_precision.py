@@ -52,7 +52,7 @@ def test_training_step_runs_under_xpu_autocast(simulated_xpu, api, package, prec
     assert probe.seen == (True, DTYPES[precision], False)
 
 
-@pytest.mark.parametrize(("api", "package"), TRAINERS)
+@pytest.mark.parametrize(("api", "package"), APIS)
 def test_unpatched_lightning_autocasts_on_cuda_so_xpu_trains_in_fp32(simulated_xpu, api, package) -> None:
     simulated_xpu(devices=1)
     built = build(api, package, accelerator="xpu", devices=1, precision="bf16-mixed")
