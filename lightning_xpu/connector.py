@@ -30,7 +30,7 @@ Method = Callable[..., Any]
 
 
 @dataclass(frozen=True)
-class _Connector:
+class _ConnectorNames:
     """How one connector class names the things the wrappers read."""
 
     package: str  # "lightning.pytorch", "lightning_fabric", ...
@@ -102,57 +102,57 @@ def _single_device_on_xpu(original: Method) -> Method:
     return choose_strategy
 
 
-def _names_fsdp(connector: _Connector, strategy: Any) -> bool:
-    strategies = importlib.import_module(f"{connector.package}.strategies")
+def _names_fsdp(names: _ConnectorNames, strategy: Any) -> bool:
+    strategies = importlib.import_module(f"{names.package}.strategies")
     if isinstance(strategy, str):
-        registry = getattr(strategies, connector.strategy_registry)
+        registry = getattr(strategies, names.strategy_registry)
         return strategy in registry and issubclass(registry[strategy]["strategy"], strategies.FSDPStrategy)
     return isinstance(strategy, strategies.FSDPStrategy)
 
 
-def _fsdp_allowed_on_xpu(connector: _Connector, original: Method) -> Method:
+def _fsdp_allowed_on_xpu(names: _ConnectorNames, original: Method) -> Method:
     def check_strategy_and_fallback(self: Any) -> None:
         try:
             original(self)
         except Exception:
             # Lightning refuses FSDP unless the accelerator is CUDA. Nothing else in this method applies to FSDP
             # (its other checks concern fork and TPU/dp aliases), so accepting FSDP is all that is left to do.
-            if is_xpu_accelerator(self.accelerator) and _names_fsdp(connector, self._strategy_flag):
+            if is_xpu_accelerator(self.accelerator) and _names_fsdp(names, self._strategy_flag):
                 return
             raise
 
     return check_strategy_and_fallback
 
 
-def _precision_on_xpu(connector: _Connector, original: Method) -> Method:
+def _precision_on_xpu(names: _ConnectorNames, original: Method) -> Method:
     def check_and_init_precision(self: Any) -> Any:
         if not is_xpu_accelerator(self.accelerator):
             return original(self)
         with quiet_cuda_scaler_warnings():
             plugin = original(self)
-        if plugin is getattr(self, connector.user_precision, None):
+        if plugin is getattr(self, names.user_precision, None):
             return plugin
-        return for_xpu(plugin, connector.package)
+        return for_xpu(plugin, names.package)
 
     return check_and_init_precision
 
 
-def _patch(cls: type, connector: _Connector) -> None:
+def _patch(cls: type, names: _ConnectorNames) -> None:
     wrap(cls, "_choose_auto_accelerator", _auto_prefers_xpu_to_cpu)
     wrap(cls, "_choose_gpu_accelerator_backend", _gpu_means_xpu_without_cuda_or_mps)
     wrap(cls, "_check_config_and_set_final_flags", _xpu_parallel_devices_imply_xpu)
     wrap(cls, "_set_devices_flag_if_auto_passed", _one_device_in_notebooks)
     wrap(cls, "_choose_strategy", _single_device_on_xpu)
-    wrap(cls, "_check_strategy_and_fallback", functools.partial(_fsdp_allowed_on_xpu, connector))
-    wrap(cls, "_check_and_init_precision", functools.partial(_precision_on_xpu, connector))
+    wrap(cls, "_check_strategy_and_fallback", functools.partial(_fsdp_allowed_on_xpu, names))
+    wrap(cls, "_check_and_init_precision", functools.partial(_precision_on_xpu, names))
 
 
 def apply_fabric(namespace: Namespace) -> None:
-    connector = _Connector(namespace.fabric, "STRATEGY_REGISTRY", "_precision_instance")
-    _patch(namespace.fabric_module("connector")._Connector, connector)
+    names = _ConnectorNames(namespace.fabric, "STRATEGY_REGISTRY", "_precision_instance")
+    _patch(namespace.fabric_module("connector")._Connector, names)
 
 
 def apply_pytorch(namespace: Namespace) -> None:
     assert namespace.pytorch is not None
-    connector = _Connector(namespace.pytorch, "StrategyRegistry", "_precision_plugin_flag")
-    _patch(namespace.pytorch_module("trainer.connectors.accelerator_connector")._AcceleratorConnector, connector)
+    names = _ConnectorNames(namespace.pytorch, "StrategyRegistry", "_precision_plugin_flag")
+    _patch(namespace.pytorch_module("trainer.connectors.accelerator_connector")._AcceleratorConnector, names)
