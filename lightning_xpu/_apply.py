@@ -13,6 +13,7 @@ from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces
 # `--strategy` choices from the registry.
 FABRIC_PATCHES: tuple[str, ...] = (
     "lightning_xpu.registration",
+    "lightning_xpu.connector",
     "lightning_xpu.environments.selection",
     "lightning_xpu.throughput",
     "lightning_xpu.rng",
@@ -22,7 +23,9 @@ FABRIC_PATCHES: tuple[str, ...] = (
 # Modules holding `apply_pytorch(namespace)`; applied to lightning.pytorch and pytorch_lightning.
 PYTORCH_PATCHES: tuple[str, ...] = (
     "lightning_xpu.registration",
+    "lightning_xpu.connector",
     "lightning_xpu.environments.selection",
+    "lightning_xpu.trainer",
     "lightning_xpu.profiler",
     "lightning_xpu.throughput",
     "lightning_xpu.rng",

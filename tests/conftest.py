@@ -2,7 +2,8 @@
 
 `simulated_xpu` is the ONE place where an Intel GPU is simulated: no Intel GPU exists on the machines that run
 these tests, so code paths that only run on XPU are exercised on the CPU build of torch with `torch.xpu`'s device
-queries patched. Nothing here runs on Intel hardware.
+queries patched. Nothing here runs on Intel hardware. `simulated_cuda` (with `simulate_cuda`, which the equivalence
+grid's subprocesses call directly) is the one simulation of NVIDIA GPUs, for tests that CUDA keeps its behaviour.
 """
 
 from __future__ import annotations
@@ -137,3 +138,36 @@ def stand_in_ipex(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInIPEX]:
     module.__dict__.update(optimize=optimize, __version__="0.0.0+stand-in")
     monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", module)
     yield record
+
+
+_LIGHTNING_CUDA_MODULES = (
+    "lightning.fabric.accelerators.cuda",
+    "lightning.pytorch.accelerators.cuda",
+    "lightning_fabric.accelerators.cuda",
+    "pytorch_lightning.accelerators.cuda",
+)
+
+
+def simulate_cuda(setattr_: Callable[[Any, str, Any], None], devices: int = 2) -> None:
+    """Make torch and Lightning report `devices` NVIDIA GPUs: device queries only, nothing runs on CUDA.
+
+    `setattr_` is `monkeypatch.setattr` in tests and plain `setattr` in the equivalence grid's subprocesses
+    (tests/runtime/_equivalence_probe.py). Lightning counts GPUs through `num_cuda_devices`, imported by name into
+    its accelerator modules; those already imported are patched too.
+    """
+    setattr_(torch.cuda, "is_available", lambda: devices > 0)
+    setattr_(torch.cuda, "device_count", lambda: devices)
+    for name in _LIGHTNING_CUDA_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "num_cuda_devices"):
+            setattr_(module, "num_cuda_devices", lambda: devices)
+
+
+@pytest.fixture
+def simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Call it to make this process look like it has NVIDIA GPUs: `simulated_cuda(2)` (see `simulate_cuda`)."""
+
+    def simulate(devices: int = 2) -> None:
+        simulate_cuda(monkeypatch.setattr, devices)
+
+    return simulate

@@ -1,0 +1,113 @@
+"""Mixed precision on XPU: Lightning's precision plugins, with autocast and gradient scaling on "xpu".
+
+Lightning builds `MixedPrecision(device="cuda")` for every accelerator other than cpu/mps, and `FSDPPrecision`
+autocasts on "cuda" and scales with a CUDA `ShardedGradScaler` whatever the device (Lightning #21982, #21815); on XPU
+both silently train in fp32. `for_xpu` turns the plugin Lightning built into its XPU counterpart. The classes are
+built per Lightning package (Trainer and Fabric, both namespaces) and can be pickled by `ddp_spawn`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from lightning_xpu import device as xpu
+from lightning_xpu._namespaced_classes import NamespacedClasses
+
+_CLASSES = NamespacedClasses(__name__)
+
+
+def __getattr__(name: str) -> type:
+    # pickle finds our per-package classes here by their qualified name (see `_namespaced_classes`)
+    return _CLASSES.resolve(name)
+
+
+@contextlib.contextmanager
+def quiet_cuda_scaler_warnings() -> Iterator[None]:
+    """Silence the CUDA GradScaler warnings of plugins built for CUDA only to be replaced by their XPU counterpart."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.cuda\.amp\.GradScaler")
+        yield
+
+
+def _rank_zero_warn(package: str, message: str) -> None:
+    importlib.import_module(f"{package}.utilities.rank_zero").rank_zero_warn(message)
+
+
+class _MixedPrecisionOnXPU:
+    """Mixed in front of Lightning's `MixedPrecision` (Trainer or Fabric), built with device "xpu".
+
+    16-mixed needs a GradScaler, whose unscaling uses fp64; devices without fp64 (Arc A-series, integrated GPUs)
+    fall back to bf16-mixed, as Lightning does for 16-mixed on CPU. The check runs in `convert_module`, the first
+    plugin hook that runs in the training process after its device is set, so the connector never initialises XPU
+    in a process a launcher may fork.
+    """
+
+    _lightning_package: str
+    precision: str
+    device: str
+    scaler: Any
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.scaler is not None and not xpu.has_fp64():
+            _rank_zero_warn(
+                self._lightning_package,
+                f"precision='16-mixed' needs fp64 for gradient scaling, which {torch.xpu.get_device_name()} lacks:"
+                " training with precision='bf16-mixed' instead. Pass precision='bf16-mixed' to silence this.",
+            )
+            # Lightning's own constructor sets every field that depends on the precision, and drops the scaler.
+            super().__init__("bf16-mixed", self.device)  # type: ignore[call-arg]
+        return super().convert_module(module)  # type: ignore[misc]
+
+
+class _FSDPPrecisionOnXPU:
+    """Mixed in front of Lightning's `FSDPPrecision` (Trainer or Fabric): autocast and ShardedGradScaler on xpu."""
+
+    precision: str
+    scaler: Any
+
+    def __init__(self, precision: str) -> None:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        with quiet_cuda_scaler_warnings():
+            super().__init__(precision)  # type: ignore[call-arg]
+        if self.scaler is not None:  # Lightning made a CUDA scaler (its `scaler` argument cannot be used: it raises)
+            self.scaler = ShardedGradScaler(device="xpu")
+
+    def forward_context(self) -> Any:
+        if "mixed" in self.precision:
+            return torch.autocast("xpu", dtype=torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16)
+        return super().forward_context()  # type: ignore[misc]
+
+
+def _precision_module(package: str) -> Any:
+    return importlib.import_module(f"{package}.plugins.precision")
+
+
+_CLASSES.define("XPUMixedPrecision", lambda package: (_MixedPrecisionOnXPU, _precision_module(package).MixedPrecision))
+_CLASSES.define("XPUFSDPPrecision", lambda package: (_FSDPPrecisionOnXPU, _precision_module(package).FSDPPrecision))
+
+
+def mixed_precision_class(package: str) -> type:
+    """`XPUMixedPrecision` for `package` ("lightning.pytorch", "lightning_fabric", ...)."""
+    return _CLASSES.get("XPUMixedPrecision", package)
+
+
+def fsdp_precision_class(package: str) -> type:
+    return _CLASSES.get("XPUFSDPPrecision", package)
+
+
+def for_xpu(plugin: Any, package: str) -> Any:
+    """The XPU counterpart of a plugin Lightning built for CUDA; any other plugin is returned unchanged."""
+    plugins = _precision_module(package)
+    if type(plugin) is plugins.MixedPrecision and plugin.device == "cuda":
+        scaler = torch.amp.GradScaler("xpu") if plugin.precision == "16-mixed" else None
+        return mixed_precision_class(package)(plugin.precision, "xpu", scaler=scaler)
+    if type(plugin) is plugins.FSDPPrecision:
+        return fsdp_precision_class(package)(plugin.precision)
+    return plugin
