@@ -7,12 +7,13 @@ mixed into a subclass of each namespace's base class.
 
 from __future__ import annotations
 
-import functools
+import importlib
 from typing import Any
 
 import torch
 
 from lightning_xpu import device as xpu
+from lightning_xpu._namespaced_classes import NamespacedClasses
 from lightning_xpu._namespaces import Namespace
 
 
@@ -65,18 +66,25 @@ class _XPUAcceleratorMethods:
         accelerator_registry.register("xpu", cls, description=cls.__name__)
 
 
-@functools.cache
+def _accelerator_bases(package: str) -> tuple[type, ...]:
+    return (_XPUAcceleratorMethods, importlib.import_module(f"{package}.accelerators.accelerator").Accelerator)
+
+
+_CLASSES = NamespacedClasses(__name__)
+_CLASSES.define("XPUAccelerator", _accelerator_bases)
+
+
+
 def fabric_accelerator_class(namespace: Namespace) -> type:
     """XPUAccelerator for Fabric (`lightning.fabric` or `lightning_fabric`)."""
-    base = namespace.fabric_module("accelerators.accelerator").Accelerator
-    return type("XPUAccelerator", (_XPUAcceleratorMethods, base), {"__module__": __name__})
+    return _CLASSES.get("XPUAccelerator", namespace.fabric)
 
 
-@functools.cache
 def pytorch_accelerator_class(namespace: Namespace) -> type:
     """XPUAccelerator for the Trainer; it is also a Fabric accelerator of the same namespace."""
-    base = namespace.pytorch_module("accelerators.accelerator").Accelerator
-    return type("XPUAccelerator", (_XPUAcceleratorMethods, base), {"__module__": __name__})
+    if namespace.pytorch is None:
+        raise ValueError(f"{namespace.fabric} has no Trainer package")
+    return _CLASSES.get("XPUAccelerator", namespace.pytorch)
 
 
 def accelerator_class(namespace: Namespace) -> type:

@@ -22,10 +22,6 @@ from lightning_xpu._namespaced_classes import NamespacedClasses
 _CLASSES = NamespacedClasses(__name__)
 
 
-def __getattr__(name: str) -> type:
-    # pickle finds our per-package classes here by their qualified name (see `_namespaced_classes`)
-    return _CLASSES.resolve(name)
-
 
 @contextlib.contextmanager
 def quiet_cuda_scaler_warnings() -> Iterator[None]:
