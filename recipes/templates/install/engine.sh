@@ -159,9 +159,9 @@ _lxpu_on_exit() {
 		where="before the first step"
 		[[ -n "$_lxpu_step_name" ]] && where="at step [$_lxpu_step_n/$_lxpu_step_total] $_lxpu_step_name"
 		_lxpu_cleanup_failed_build
+		[[ -z "$_lxpu_log" ]] || printf 'log: %s\n' "$_lxpu_log"
 		printf 'lightning-xpu %s: FAILED %s after %s s: %s\n' "${_lxpu_tag:-$LXPU_VERSION}" "$where" "$total" \
 			"${_lxpu_fail_reason:-exit status $status}"
-		[[ -n "$_lxpu_log" ]] && printf 'log: %s\n' "$_lxpu_log"
 	fi
 	if [[ -n "$_lxpu_tee_pid" ]]; then
 		# Close the pipe to tee and wait for it, so the log's last line is on disk before we exit.
