@@ -7,21 +7,11 @@ the session's. It goes through `sbatch` when the Slurm cluster is up (as in CI),
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import install_harness as h
 import pytest
-
-
-@dataclass
-class GoodInstall:
-    prefix: Path
-    job: Path
-    source: Path
-    log: Path
-    output: str
-    via: str  # "sbatch" or "bash"
+from install_harness import GoodInstall
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +42,7 @@ def _install_with_sbatch(job: Path, source: Path, prefix: Path, work: Path) -> G
             str(prefix),
             *h.PIP_SOURCE,
         ],
+        cwd=source / "scripts" / h.SITE,  # SLURM_SUBMIT_DIR is where sbatch runs, not --chdir
         env=h.job_env(),
         capture_output=True,
         text=True,

@@ -179,6 +179,18 @@ def job_env(**overrides: str | None) -> dict[str, str]:
 
 
 @dataclass
+class GoodInstall:
+    """The session's good install (tests/install/conftest.py)."""
+
+    prefix: Path
+    job: Path
+    source: Path
+    log: Path
+    output: str
+    via: str  # "sbatch" or "bash"
+
+
+@dataclass
 class JobResult:
     returncode: int
     output: str

@@ -573,19 +573,25 @@ _lxpu_step_check() {
 
 _lxpu_lock() {
 	_lxpu_step "take the install lock"
-	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" holder
+	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" holder="" me tries=0
 	_lxpu_say "+ flock $(_lxpu_quote "$lockfile") (wait up to $_lxpu_lock_timeout s)"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	mkdir -p "$_lxpu_prefix/.locks"
+	me="pid $$ host $(hostname) since $(date -Iseconds)"
 	# Opened read-write without truncating: the holder's pid and host stay readable for waiters.
 	exec {_lxpu_lock_fd}<>"$lockfile"
 	if ! flock -n "$_lxpu_lock_fd"; then
-		holder="$(cat "$lockfile" 2>/dev/null)"
+		# The holder writes its line right after taking the lock: give it a moment if it is not there yet.
+		while [[ "$holder" != pid* && $tries -lt 10 ]]; do
+			holder="$(<"$lockfile")" || true
+			[[ "$holder" == pid* ]] || sleep 0.2
+			tries=$((tries + 1))
+		done
 		_lxpu_say "another install of $_lxpu_tag holds $lockfile: ${holder:-unknown holder}; waiting up to $_lxpu_lock_timeout s"
 		flock -w "$_lxpu_lock_timeout" "$_lxpu_lock_fd" ||
 			_lxpu_fail "another install of $_lxpu_tag (${holder:-unknown holder}) still holds $lockfile after $_lxpu_lock_timeout s: wait for it to finish or raise --lock-timeout"
 	fi
-	printf 'pid %s host %s since %s\n' "$$" "$(hostname)" "$(date -Iseconds)" >"$lockfile"
+	printf '%s\n' "$me" >"$lockfile"
 	_lxpu_remove_leftovers
 }
 
@@ -654,13 +660,21 @@ _lxpu_run_py_to() {
 	"$@" >"$out"
 }
 
-# environment.yml without its pip section and pip-repositories key (conda must not run pip for us).
+# The conda layer of environment.yml: only the keys conda itself reads (name, channels, dependencies,
+# variables; conda-lock's own keys such as platforms and pip-repositories go), and no pip section: conda
+# must not run pip for us.
 _lxpu_conda_layer() {
 	awk '
-		skip == 1 && /^[[:space:]]*$/ { next }
-		skip == 1 { match($0, /^[ ]*/); if (RLENGTH > indent || (indent == 0 && /^-/)) next; skip = 0 }
-		/^[ ]*- pip:[ ]*$/ { match($0, /^[ ]*/); indent = RLENGTH; skip = 1; next }
-		/^pip-repositories:/ { indent = 0; skip = 1; next }
+		/^[^ #-][^:]*:/ {
+			key = $0; sub(/:.*/, "", key)
+			keep = (key == "name" || key == "channels" || key == "dependencies" || key == "variables")
+			skip = 0
+		}
+		!keep { next }
+		{ match($0, /^[ ]*/); indent = RLENGTH }
+		skip && (indent > pip_indent || /^[[:space:]]*$/) { next }
+		{ skip = 0 }
+		/^[ ]*- "?pip"?:[ ]*$/ { pip_indent = indent; skip = 1; next }
 		{ print }
 	'
 }
