@@ -395,3 +395,20 @@ def wait_for_slurm_job(job_id: str, timeout: float = JOB_TIMEOUT_S) -> str:
         time.sleep(1)
     subprocess.run(["scancel", job_id], check=False)
     raise AssertionError(f"Slurm job {job_id} did not finish within {timeout} s (last state {state})")
+
+
+def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = JOB_TIMEOUT_S) -> None:
+    """Poll a running job's output file until text appears; fail if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if output.exists() and text in output.read_text(errors="replace"):
+            return
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        ).stdout
+        if out.strip() not in ("PENDING", "RUNNING", "CONFIGURING"):
+            if text in output.read_text(errors="replace"):
+                return
+            raise AssertionError(f"job {job_id} ended ({out.strip()!r}) before printing {text!r}")
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} did not appear in {output} within {timeout} s")
