@@ -151,7 +151,9 @@ def test_module_unload_restores_the_environment(good_prefix: Path, tmp_path: Pat
         f"module unload lightning-xpu/{h.TAG}\n{dump} > after\n"
         "cat before; echo ====; cat loaded; echo ====; cat after\n"
     )
-    result = h.bash(f"cd {h.q(tmp_path)}\n{script}")
+    # Lmod drops duplicate PATH entries, so start from a PATH without any.
+    path = ":".join(dict.fromkeys(os.environ["PATH"].split(":")))
+    result = h.bash(f"cd {h.q(tmp_path)}\n{script}", env=h.job_env(PATH=path))
     assert result.returncode == 0, result.stderr
     before, loaded, after = result.stdout.split("====\n")
     assert loaded != before

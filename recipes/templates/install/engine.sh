@@ -539,7 +539,7 @@ _lxpu_step_check() {
 	_lxpu_say "repository:  $_lxpu_source (commit $_lxpu_commit)"
 	_lxpu_say "environment: $_lxpu_env_manager, Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
 	[[ -z "$_lxpu_base_python" ]] || _lxpu_say "base python: $_lxpu_base_python (torch $_lxpu_base_torch)"
-	_lxpu_say "sources:     $_lxpu_sources_mode $(_lxpu_quote "${_lxpu_pip_options[@]}")${_lxpu_lock_path:+; lock $_lxpu_lock_path}"
+	_lxpu_say "sources:     $_lxpu_sources_mode${_lxpu_pip_options[*]:+ $(_lxpu_quote "${_lxpu_pip_options[@]}")}${_lxpu_lock_path:+; lock $_lxpu_lock_path}"
 	_lxpu_say "inputs hash: $_lxpu_inputs_hash"
 	_lxpu_say "host:        $(hostname)${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
 	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
