@@ -259,3 +259,28 @@ def test_conda_branch_runs_the_expected_commands(
     assert f"FAILED at step [4/{h.STEP_TOTAL}] install pinned packages" in result.last_line
     assert h.env_dirs(prefix) == [], "the failed build was not removed"
     assert not (prefix / h.TAG).exists() and not (prefix / f"lightning-setup-{h.TAG}.sh").exists()
+
+
+def test_options_from_the_environment_and_the_command_line_wins(
+    install_job: Path, source_repo: Path, tmp_path: Path
+) -> None:
+    """For schedulers that cannot pass job arguments (qsub -v): LIGHTNING_XPU_INSTALL_ARGS and the source
+    variables; an option on the command line overrides them."""
+    prefix = tmp_path / "p"
+    env = h.job_env(
+        LIGHTNING_XPU_INSTALL_ARGS="--dry-run --lock-timeout 7",
+        LIGHTNING_XPU_INDEX_URL="http://127.0.0.1:9/simple",
+        LIGHTNING_XPU_EXTRA_INDEX_URL="file:///a/simple file:///b/simple",
+    )
+    result = h.run_job(install_job, "--source", str(source_repo), prefix=prefix, env=env)
+    assert result.returncode == 0, result.output
+    assert "(wait up to 7 s)" in result.output
+    assert (
+        "sources:     custom --index-url http://127.0.0.1:9/simple --extra-index-url file:///a/simple "
+        "--extra-index-url file:///b/simple" in result.output
+    )
+    result = h.run_job(
+        install_job, "--source", str(source_repo), "--lock-timeout", "9", prefix=prefix, env=env
+    )
+    assert "(wait up to 9 s)" in result.output
+    assert not prefix.exists()

@@ -40,7 +40,8 @@ Options:
   --dry-run               print every step and command; change nothing
   -h, --help              this help
 
-Environment (the options win): LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
+Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spaces; e.g. for qsub -v),
+LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
 LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
 (free space required under the prefix).
 Exit status: 0 installed or already installed, 1 a step failed (see the log), 2 bad input.
@@ -541,7 +542,7 @@ _lxpu_step_check() {
 	[[ -z "$_lxpu_base_python" ]] || _lxpu_say "base python: $_lxpu_base_python (torch $_lxpu_base_torch)"
 	_lxpu_say "sources:     $_lxpu_sources_mode${_lxpu_pip_options[*]:+ $(_lxpu_quote "${_lxpu_pip_options[@]}")}${_lxpu_lock_path:+; lock $_lxpu_lock_path}"
 	_lxpu_say "inputs hash: $_lxpu_inputs_hash"
-	_lxpu_say "host:        $(hostname)${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
+	_lxpu_say "host:        ${HOSTNAME:-$(uname -n)}${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
 	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
 
 	local need_gib free_kib dir="$_lxpu_prefix"
@@ -577,7 +578,7 @@ _lxpu_lock() {
 	_lxpu_say "+ flock $(_lxpu_quote "$lockfile") (wait up to $_lxpu_lock_timeout s)"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	mkdir -p "$_lxpu_prefix/.locks"
-	me="pid $$ host $(hostname) since $(date -Iseconds)"
+	me="pid $$ host ${HOSTNAME:-$(uname -n)} since $(date -Iseconds)"
 	# Opened read-write without truncating: the holder's pid and host stay readable for waiters.
 	exec {_lxpu_lock_fd}<>"$lockfile"
 	if ! flock -n "$_lxpu_lock_fd"; then
@@ -1029,7 +1030,12 @@ lxpu_main() {
 
 	# Shared installs must be readable by others whatever the job's umask (PBS defaults to 077).
 	umask 022
-	_lxpu_parse_args "$@"
+	# Schedulers that cannot pass arguments to a job script (qsub -v) can pass them in the environment;
+	# the command line comes after them, so it wins.
+	local env_args=()
+	read -r -a env_args <<<"${LIGHTNING_XPU_INSTALL_ARGS:-}"
+	_lxpu_parse_args "${env_args[@]}" "$@"
+	command -v flock >/dev/null || _lxpu_bad_input "flock (util-linux) is missing: install util-linux or load a module that has it"
 	_lxpu_validate
 	# Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
 	local name
