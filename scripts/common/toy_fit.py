@@ -157,8 +157,8 @@ def build(pl: ModuleType, samples: int, batch_size: int) -> tuple[Any, Any]:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
-    # A sequential sampler: under DDP Lightning swaps in a non-shuffling DistributedSampler, so each
-    # rank's indices are a predictable, disjoint shard.
+    # Under DDP Lightning swaps in a DistributedSampler (seeded, the same on every rank), so each rank's
+    # indices are a disjoint shard of the samples.
     return ToyModel(), DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
 
 
