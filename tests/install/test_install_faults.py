@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -178,3 +179,26 @@ def test_lock_held_too_long_fails_clearly(install_job: Path, source_repo: Path, 
     assert f"FAILED at step [2/{h.STEP_TOTAL}] take the install lock" in last, last
     assert "still holds" in last and "after 1 s" in last and "--lock-timeout" in last, last
     assert h.env_dirs(prefix) == [] and not (prefix / h.TAG).exists()
+
+
+def test_interrupted_install_says_so_and_cleans_up(good_install: h.GoodInstall, tmp_path: Path) -> None:
+    """SIGTERM (scancel without -s KILL, Ctrl-C): the last log line names the step and the signal, and the
+    interrupted build removes its own staging directory and temporary files."""
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    logs = h.logs_of(prefix)
+    output = tmp_path / "job.out"
+    proc = h.start_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, output=output)
+    h.wait_for_text(output, h.STEP_MARKERS["packages"], proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    log = h.new_log(prefix, logs)
+    assert log is not None
+    last = log.read_text().strip().splitlines()[-1]
+    assert (
+        f"FAILED at step [4/{h.STEP_TOTAL}] install pinned packages" in last
+        and "interrupted by SIGTERM" in last
+    )
+    assert h.env_dirs(prefix) == h.kept_env_dirs(prefix)
+    assert not list((prefix / ".envs").glob(".tmp.*"))
+    h.assert_unchanged(prefix, before, tmp_path)

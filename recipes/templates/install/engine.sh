@@ -172,9 +172,12 @@ _lxpu_on_exit() {
 	exit "$status"
 }
 
-# A failed or interrupted build removes its own staging environment (a kill -9 cannot: the next run does).
+# A failed or interrupted build removes its own staging environment and temporary files (a kill -9 cannot:
+# the next run does).
 _lxpu_cleanup_failed_build() {
-	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_env" || "$_lxpu_published" == 1 ]] && return 0
+	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_lock_fd" ]] && return 0
+	rm -rf "$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$."*
+	[[ -z "$_lxpu_env" || "$_lxpu_published" == 1 ]] && return 0
 	[[ -d "$_lxpu_env" ]] || return 0
 	# A signal right after the publishing rename must not remove what is now live.
 	[[ "$(readlink "$_lxpu_prefix/$_lxpu_tag" 2>/dev/null)" != ".envs/$(basename "$_lxpu_env")" ]] || return 0
