@@ -56,12 +56,17 @@ def test_kill_9_of_the_process_group_keeps_the_previous_install(
 
 
 @pytest.mark.slurm
-def test_scancel_kill_of_the_install_job_keeps_the_previous_install(
-    good_install: h.GoodInstall, tmp_path: Path
+@pytest.mark.parametrize("how", ["kill", "cancel"])
+def test_scancel_of_the_install_job_keeps_the_previous_install(
+    how: str, good_install: h.GoodInstall, tmp_path: Path
 ) -> None:
+    """kill: SIGKILL to the batch shell and all its children (`scancel --batch --signal=KILL`), nothing of the
+    job runs after it. cancel: a plain `scancel` (what `scancel -s KILL` also does to a batch job): Slurm
+    sends SIGTERM first, so the job logs why it stopped and removes its own build."""
     h.require(h.slurm_up(), "the Slurm cluster")
     prefix = good_install.prefix
     before = h.snapshot(prefix)
+    logs = h.logs_of(prefix)
     output = tmp_path / "slurm.out"
     submit = subprocess.run(
         [
@@ -81,15 +86,24 @@ def test_scancel_kill_of_the_install_job_keeps_the_previous_install(
         check=True,
     )
     job_id = submit.stdout.strip().split(";")[0]
+    scancel = ["scancel", "--batch", "--signal=KILL", job_id] if how == "kill" else ["scancel", job_id]
     try:
-        deadline_marker = h.STEP_MARKERS["packages"]
-        h.wait_for_slurm_text(job_id, output, deadline_marker)
+        h.wait_for_slurm_text(job_id, output, h.STEP_MARKERS["packages"])
     finally:
-        subprocess.run(["scancel", "-s", "KILL", job_id], check=False, timeout=60)
+        subprocess.run(scancel, check=False, timeout=60)
     h.wait_for_slurm_job(job_id)
-    assert h.STEP_MARKERS["packages"] in output.read_text()
+    log = h.new_log(prefix, logs)
+    assert log is not None and h.STEP_MARKERS["packages"] in log.read_text()
+    last = log.read_text().strip().splitlines()[-1]
+    if how == "kill":
+        assert not last.startswith("lightning-xpu "), "a SIGKILLed job cannot write a last line"
+        assert len(h.env_dirs(prefix)) > len(h.kept_env_dirs(prefix)), "the killed build left nothing behind?"
+    else:
+        assert "FAILED at step" in last and last.endswith("interrupted by SIGTERM"), last
+        assert h.env_dirs(prefix) == h.kept_env_dirs(prefix), "the cancelled build was not removed"
     h.assert_unchanged(prefix, before, tmp_path)
-    assert_leftovers_cleaned_by_next_run(good_install)
+    if how == "kill":
+        assert_leftovers_cleaned_by_next_run(good_install)
 
 
 SOURCES = {
