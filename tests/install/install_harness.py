@@ -1,0 +1,414 @@
+"""Helpers for the install tests: build the install job, a repository copy, run jobs, load installs.
+
+The install job is the real one when the recipes renderer can produce it (``recipes/render.py render``), else
+the committed ``scripts/generic/install_lightning_2.13.sh``, else a TEST HARNESS stand-in: the hand-written
+data part ``data_part_2.13_generic.sh`` + the engine, assembled exactly as the contract describes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+VERSION = "2.13"
+SITE = "generic"
+TAG = "2.13-cpu"
+ENGINE = REPO / "recipes" / "templates" / "install" / "engine.sh"
+COMMITTED_JOB = REPO / "scripts" / SITE / f"install_lightning_{VERSION}.sh"
+LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
+# The machine's own pip configuration finds the local torch; never isolate pip from it.
+PIP_SOURCE = ("--pip-source", "system")
+JOB_TIMEOUT_S = 900
+STEP_TOTAL = 10
+STEP_MARKERS = {
+    "create": f"[3/{STEP_TOTAL}] create the",
+    "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
+    "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
+    "smoke": f"[8/{STEP_TOTAL}] run the smoke job ...",
+}
+
+STANDIN_MODULEFILE = """\
+-- TEST HARNESS stand-in for modulefiles/lightning-xpu/{tag}.lua, used only while the recipes renderer has
+-- not produced the real one. Relocatable like the real one: <prefix>/modulefiles/lightning-xpu/<tag>.lua.
+local tag = "{tag}"
+local prefix = (myFileName():gsub("/modulefiles/lightning%-xpu/[^/]+%.lua$", ""))
+local root = pathJoin(prefix, tag)
+family("lightning-xpu")
+whatis("lightning-xpu " .. tag .. " (test harness stand-in)")
+help("lightning-xpu " .. tag .. " (test harness stand-in)")
+prepend_path("PATH", pathJoin(root, "bin"))
+setenv("VIRTUAL_ENV", root)
+setenv("LIGHTNING_XPU_ROOT", root)
+setenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME"), ".local", "lightning-xpu", tag))
+source_sh("bash", pathJoin(root, "lightning-xpu-site.sh"))
+"""
+
+
+def require(available: bool, what: str) -> None:
+    """Skip without the service; under CI (LXPU_REQUIRE_SERVICES=1) fail instead."""
+    if available:
+        return
+    if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{what} is required (LXPU_REQUIRE_SERVICES=1) but missing")
+    pytest.skip(f"{what} is missing")
+
+
+def slurm_up() -> bool:
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return False
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20).stdout
+    except subprocess.TimeoutExpired:
+        return False
+    return any(state.strip().rstrip("*") in ("idle", "mixed", "allocated") for state in out.splitlines())
+
+
+def lmod_available() -> bool:
+    return Path(LMOD_INIT).is_file()
+
+
+def mpiexec(kind: str) -> str | None:
+    if kind == "mpich":
+        path = os.environ.get("LXPU_MPICH_MPIEXEC") or shutil.which("mpiexec.mpich")
+    else:
+        path = os.environ.get("LXPU_IMPI_MPIEXEC")
+    return path if path and os.access(path, os.X_OK) else None
+
+
+def base_python() -> str:
+    """A Python that already has torch and Lightning (CI's base venv): fast installs via --base-python."""
+    return os.environ.get("LXPU_PYTHON", sys.executable)
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ---- the install job and the repository ----
+
+
+def build_install_job(dest: Path) -> tuple[Path, str]:
+    """Write the install job for 2.13/generic into dest; returns (path, how it was made)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    renderer = REPO / "recipes" / "render.py"
+    if renderer.is_file():
+        out = dest / "render"
+        subprocess.run(
+            [sys.executable, str(renderer), "render", "--torch", VERSION, "--site", SITE, "--out", str(out)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        (job,) = out.rglob(f"install_lightning_{VERSION}.sh")
+        return job, "rendered by recipes/render.py"
+    if COMMITTED_JOB.is_file():
+        return COMMITTED_JOB, "committed render"
+    job = dest / f"install_lightning_{VERSION}.sh"
+    job.write_text(
+        "#!/usr/bin/env bash\n"
+        "# TEST HARNESS install job: hand-written data part + the engine (until the renderer exists)\n"
+        "set -euo pipefail\n"
+        + (HERE / "data_part_2.13_generic.sh").read_text()
+        + "# ---- engine ----\n"
+        + ENGINE.read_text()
+        + 'lxpu_main "$@"\n'
+    )
+    return job, "test harness (hand-written data part + engine)"
+
+
+def make_source(dest: Path) -> Path:
+    """A git-committed copy of what the install job reads from the repository (stand-in modulefile if the
+    real one is not rendered yet)."""
+    if not (REPO / "lightning_xpu" / "__init__.py").is_file():
+        pytest.fail("lightning_xpu/ is missing from the repository: the install job installs it from there")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, dest / name)
+    for name in ("lightning_xpu", "scripts/common", "modulefiles", "recipes/locks"):
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, dest / name, ignore=ignore)
+    modulefile = dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua"
+    if not modulefile.is_file():
+        modulefile.parent.mkdir(parents=True, exist_ok=True)
+        modulefile.write_text(STANDIN_MODULEFILE.format(tag=TAG))
+    (dest / "scripts" / SITE).mkdir(parents=True, exist_ok=True)
+    git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "test copy"], check=True)
+    return dest
+
+
+def commit_of(source: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def job_env(**overrides: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+# ---- running install jobs ----
+
+
+@dataclass
+class GoodInstall:
+    """The session's good install (tests/install/conftest.py)."""
+
+    prefix: Path
+    job: Path
+    source: Path
+    log: Path
+    output: str
+    via: str  # "sbatch" or "bash"
+
+
+@dataclass
+class JobResult:
+    returncode: int
+    output: str
+    log: Path | None
+
+    @property
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log else ""
+
+    @property
+    def last_line(self) -> str:
+        lines = [line for line in self.log_text.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+
+def logs_of(prefix: Path) -> set[Path]:
+    return set((prefix / "logs").glob(f"install-{TAG}-*.log"))
+
+
+def new_log(prefix: Path, before: set[Path]) -> Path | None:
+    created = sorted(logs_of(prefix) - before)
+    assert len(created) <= 1, f"one run wrote several logs: {created}"
+    return created[0] if created else None
+
+
+def run_job(job: Path, *args: str, prefix: Path, env: dict[str, str] | None = None) -> JobResult:
+    before = logs_of(prefix)
+    proc = subprocess.run(
+        ["bash", str(job), "--prefix", str(prefix), *args],
+        env=env or job_env(),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+        start_new_session=True,
+    )
+    return JobResult(proc.returncode, proc.stdout + proc.stderr, new_log(prefix, before))
+
+
+def start_job(job: Path, *args: str, prefix: Path, output: Path, env: dict[str, str] | None = None) -> Any:
+    """Start an install job in its own process group, output to a file."""
+    handle = output.open("w")
+    return subprocess.Popen(
+        ["bash", str(job), "--prefix", str(prefix), *args],
+        env=env or job_env(),
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_for_text(path: Path, text: str, proc: Any, timeout: float = JOB_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"job exited ({proc.returncode}) before printing {text!r}:\n{path.read_text()}"
+            )
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} did not appear in {path} within {timeout} s")
+
+
+def kill_group(proc: Any) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+# ---- using an install ----
+
+
+def bash(
+    script: str, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", script], env=env or job_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def q(path: Path | str) -> str:
+    """Quote for bash."""
+    return "'" + str(path).replace("'", "'\\''") + "'"
+
+
+def with_module(prefix: Path, commands: str) -> str:
+    return (
+        "set -euo pipefail\n"
+        f"source {q(LMOD_INIT)}\n"
+        f"module use {q(prefix / 'modulefiles')}\n"
+        f"module load lightning-xpu/{TAG}\n"
+        f"{commands}\n"
+    )
+
+
+def with_setup_script(prefix: Path, commands: str) -> str:
+    return f"set -euo pipefail\nsource {q(prefix / f'lightning-setup-{TAG}.sh')}\n{commands}\n"
+
+
+def toy_fit_command(out: Path, *args: str) -> str:
+    extra = " ".join(q(arg) for arg in args)
+    return f'python "$LIGHTNING_XPU_ROOT/share/lightning-xpu/toy_fit.py" --out {q(out)} {extra}'
+
+
+def rank_reports(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
+
+
+def assert_ddp_reports(reports: list[dict[str, Any]], world_size: int = 2) -> None:
+    """Distinct ranks, one world, disjoint data shards, gradients really all-reduced."""
+    assert sorted(r["global_rank"] for r in reports) == list(range(world_size)), reports
+    assert {r["world_size"] for r in reports} == {world_size}
+    shards = [set(r["data_indices"]) for r in reports]
+    assert all(shards) and not set.intersection(*shards), "ranks trained on overlapping samples"
+    finals = {r["final_weights_sha256"] for r in reports}
+    assert len(finals) == 1, "ranks ended with different weights"
+    assert finals != {reports[0]["initial_weights_sha256"]}, "weights never changed"
+    assert all(r["lightning_xpu_imported"] for r in reports), "the autoload hook did not load lightning_xpu"
+
+
+# ---- snapshots: proof that a failed run changed nothing ----
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    target: str
+    manifest: bytes
+    entry_points: dict[str, tuple[bytes, int]]
+    visible: tuple[str, ...]
+
+
+def entry_point_paths(prefix: Path) -> list[Path]:
+    return [prefix / f"lightning-setup-{TAG}.sh", prefix / "modulefiles" / "lightning-xpu" / f"{TAG}.lua"]
+
+
+def visible_entries(prefix: Path) -> tuple[str, ...]:
+    """What users see: the prefix's top level and the module directory (temp files would show here)."""
+    names: Iterable[Path] = [*prefix.iterdir(), *(prefix / "modulefiles" / "lightning-xpu").iterdir()]
+    return tuple(sorted(str(path.relative_to(prefix)) for path in names if path.name != "logs"))
+
+
+def snapshot(prefix: Path) -> Snapshot:
+    return Snapshot(
+        target=os.readlink(prefix / TAG),
+        manifest=(prefix / TAG / "manifest.json").read_bytes(),
+        entry_points={str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in entry_point_paths(prefix)},
+        visible=visible_entries(prefix),
+    )
+
+
+def assert_install_works(prefix: Path, tmp: Path) -> None:
+    """The published install loads (module and setup script) and runs the toy fit."""
+    require(lmod_available(), "Lmod")
+    out = tmp / "toy-fit-after"
+    result = bash(with_module(prefix, toy_fit_command(out, "--accelerator", "cpu", "--devices", "1")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = rank_reports(out)
+    assert report["device"] == "cpu" and report["lightning_xpu_imported"] is True
+    assert report["final_weights_sha256"] != report["initial_weights_sha256"]
+    result = bash(with_setup_script(prefix, 'python -c "import lightning_xpu, sys; print(sys.prefix)"'))
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).resolve() == (prefix / TAG).resolve()
+
+
+def assert_unchanged(prefix: Path, before: Snapshot, tmp: Path) -> None:
+    after = snapshot(prefix)
+    assert after.target == before.target, "the published install changed"
+    assert after.manifest == before.manifest
+    assert after.entry_points == before.entry_points, "setup script or modulefile was rewritten"
+    assert after.visible == before.visible, "something new is visible in the prefix"
+    assert_install_works(prefix, tmp)
+
+
+def env_dirs(prefix: Path) -> list[str]:
+    envs = prefix / ".envs"
+    return (
+        sorted(p.name for p in envs.iterdir() if p.is_dir() and not p.is_symlink()) if envs.is_dir() else []
+    )
+
+
+def kept_env_dirs(prefix: Path) -> list[str]:
+    """The builds a finished run keeps: the published one and the previous one."""
+    keep = [os.path.basename(os.readlink(prefix / TAG))]
+    previous = prefix / ".envs" / f"{TAG}.previous"
+    if previous.is_symlink():
+        keep.append(os.readlink(previous))
+    return sorted(keep)
+
+
+def wait_for_slurm_job(job_id: str, timeout: float = JOB_TIMEOUT_S) -> str:
+    """Poll until the job leaves the queue; returns its final state (never trusted alone)."""
+    deadline = time.monotonic() + timeout
+    state = "UNKNOWN"
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30
+        ).stdout
+        for field in out.split():
+            if field.startswith("JobState="):
+                state = field.split("=", 1)[1]
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+            return state
+        time.sleep(1)
+    subprocess.run(["scancel", job_id], check=False)
+    raise AssertionError(f"Slurm job {job_id} did not finish within {timeout} s (last state {state})")
+
+
+def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = JOB_TIMEOUT_S) -> None:
+    """Poll a running job's output file until text appears; fail if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if output.exists() and text in output.read_text(errors="replace"):
+            return
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        ).stdout
+        if out.strip() not in ("PENDING", "RUNNING", "CONFIGURING"):
+            if text in output.read_text(errors="replace"):
+                return
+            raise AssertionError(f"job {job_id} ended ({out.strip()!r}) before printing {text!r}")
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} did not appear in {output} within {timeout} s")

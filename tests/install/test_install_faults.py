@@ -1,0 +1,218 @@
+"""Fault tests: killed installs, a failing package source, a failing smoke job, two installs at once, a
+lock that is never released. After each, the previous install is untouched, still loads (module and setup
+script) and runs the toy fit, and no half-written setup script or modulefile is visible.
+
+To stay cheap, builds that are meant to die use --base-python (CI's base venv already has torch and
+Lightning), so they reach the late steps in seconds instead of minutes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import install_harness as h
+import pytest
+
+pytestmark = pytest.mark.install
+
+
+def fast_build_args(source: Path) -> list[str]:
+    return ["--source", str(source), *h.PIP_SOURCE, "--base-python", h.base_python()]
+
+
+def assert_leftovers_cleaned_by_next_run(good: h.GoodInstall) -> None:
+    """A kill -9 leaves its staging build behind; the next run (here a no-op) removes it under the lock."""
+    result = h.run_job(good.job, "--source", str(good.source), *h.PIP_SOURCE, prefix=good.prefix)
+    assert result.returncode == 0 and "already installed" in result.last_line, result.output
+    assert "removing leftover" in result.log_text
+    assert h.env_dirs(good.prefix) == h.kept_env_dirs(good.prefix)
+    assert not list((good.prefix / ".envs").glob(".tmp.*")), "temporary files survived the next run"
+
+
+@pytest.mark.parametrize("step", ["runtime", "smoke"])
+def test_kill_9_of_the_process_group_keeps_the_previous_install(
+    step: str, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    logs = h.logs_of(prefix)
+    output = tmp_path / "job.out"
+    proc = h.start_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, output=output)
+    h.wait_for_text(output, h.STEP_MARKERS[step], proc)
+    h.kill_group(proc)
+    log = h.new_log(prefix, logs)
+    assert log is not None and h.STEP_MARKERS[step] in log.read_text()
+    assert not log.read_text().rstrip().splitlines()[-1].startswith("lightning-xpu "), (
+        "a kill -9 has no last line"
+    )
+    assert len(h.env_dirs(prefix)) > len(h.kept_env_dirs(prefix)), "the killed build left nothing to clean?"
+    h.assert_unchanged(prefix, before, tmp_path)
+    assert_leftovers_cleaned_by_next_run(good_install)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("how", ["kill", "cancel"])
+def test_scancel_of_the_install_job_keeps_the_previous_install(
+    how: str, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    """kill: SIGKILL to the batch shell and all its children (`scancel --batch --signal=KILL`), nothing of the
+    job runs after it. cancel: a plain `scancel` (what `scancel -s KILL` also does to a batch job): Slurm
+    sends SIGTERM first, so the job logs why it stopped and removes its own build."""
+    h.require(h.slurm_up(), "the Slurm cluster")
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    logs = h.logs_of(prefix)
+    output = tmp_path / "slurm.out"
+    submit = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--job-name=lxpu-install-kill",
+            f"--output={output}",
+            str(good_install.job),
+            "--prefix",
+            str(prefix),
+            *fast_build_args(good_install.source),
+        ],
+        env=h.job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    job_id = submit.stdout.strip().split(";")[0]
+    scancel = ["scancel", "--batch", "--signal=KILL", job_id] if how == "kill" else ["scancel", job_id]
+    try:
+        h.wait_for_slurm_text(job_id, output, h.STEP_MARKERS["packages"])
+    finally:
+        subprocess.run(scancel, check=False, timeout=60)
+    h.wait_for_slurm_job(job_id)
+    log = h.new_log(prefix, logs)
+    assert log is not None and h.STEP_MARKERS["packages"] in log.read_text()
+    last = log.read_text().strip().splitlines()[-1]
+    if how == "kill":
+        assert not last.startswith("lightning-xpu "), "a SIGKILLed job cannot write a last line"
+        assert len(h.env_dirs(prefix)) > len(h.kept_env_dirs(prefix)), "the killed build left nothing behind?"
+    else:
+        assert "FAILED at step" in last and last.endswith("interrupted by SIGTERM"), last
+        assert h.env_dirs(prefix) == h.kept_env_dirs(prefix), "the cancelled build was not removed"
+    h.assert_unchanged(prefix, before, tmp_path)
+    if how == "kill":
+        assert_leftovers_cleaned_by_next_run(good_install)
+
+
+SOURCES = {
+    # Nothing listens there: connection refused, fast (with a short pip timeout).
+    "closed-port": lambda: f"http://127.0.0.1:{h.closed_port()}/simple",
+    "missing-file-url": lambda: "file:///nonexistent/lightning-xpu-test/simple",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+def test_failing_package_source_keeps_the_previous_install(
+    kind: str, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    # The machine's pip configuration (extra indexes, find-links) would otherwise still find the packages.
+    env = h.job_env(PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=None, PIP_DEFAULT_TIMEOUT="5")
+    result = h.run_job(
+        good_install.job,
+        "--source",
+        str(good_install.source),
+        "--pip-source",
+        "recipe",
+        "--index-url",
+        SOURCES[kind](),
+        prefix=prefix,
+        env=env,
+    )
+    assert result.returncode == 1, result.output
+    last = result.last_line
+    assert f"FAILED at step [4/{h.STEP_TOTAL}] install pinned packages" in last, last
+    assert "pip install failed" in last and "No matching distribution found for" in last, last
+    assert h.env_dirs(prefix) == h.kept_env_dirs(prefix), "the failed build was not removed"
+    h.assert_unchanged(prefix, before, tmp_path)
+
+
+def test_failing_smoke_job_keeps_the_previous_install(good_install: h.GoodInstall, tmp_path: Path) -> None:
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    env = h.job_env(LIGHTNING_XPU_SMOKE_INJECT_FAILURE="fit_ddp")  # test-only switch read by smoke.py
+    result = h.run_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, env=env)
+    assert result.returncode == 1, result.output
+    last = result.last_line
+    assert f"FAILED at step [8/{h.STEP_TOTAL}] run the smoke job" in last, last
+    assert "fit_ddp: failure injected by LIGHTNING_XPU_SMOKE_INJECT_FAILURE" in last, last
+    assert result.log is not None
+    assert result.log.with_suffix(".smoke.json").is_file(), "the failed smoke result was not kept"
+    assert h.env_dirs(prefix) == h.kept_env_dirs(prefix), "the failed build was not removed"
+    h.assert_unchanged(prefix, before, tmp_path)
+
+
+def test_two_installs_at_once_make_one_good_install(
+    install_job: Path, source_repo: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "race prefix"
+    args = fast_build_args(source_repo)
+    procs = [
+        h.start_job(install_job, *args, prefix=prefix, output=tmp_path / f"job{i}.out") for i in range(2)
+    ]
+    for proc in procs:
+        proc.wait(timeout=h.JOB_TIMEOUT_S)
+    outputs = [(tmp_path / f"job{i}.out").read_text() for i in range(2)]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    waited = [i for i, out in enumerate(outputs) if "another install of 2.13-cpu holds" in out]
+    assert len(waited) == 1, outputs
+    waiter, holder = waited[0], 1 - waited[0]
+    assert f"pid {procs[holder].pid} host " in outputs[waiter], "the waiter did not log the holder's pid"
+    assert "already installed with these inputs" in outputs[waiter].strip().splitlines()[-1]
+    assert f"lightning-xpu {h.TAG}: installed" in outputs[holder].strip().splitlines()[-1]
+    assert len(h.env_dirs(prefix)) == 1
+    h.assert_install_works(prefix, tmp_path)
+
+
+def test_lock_held_too_long_fails_clearly(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "locked prefix"
+    lockfile = prefix / ".locks" / f"{h.TAG}.lock"
+    lockfile.parent.mkdir(parents=True)
+    with lockfile.open("w") as handle:
+        handle.write("pid 4242 host elsewhere since earlier\n")
+        handle.flush()
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        result = h.run_job(
+            install_job, "--source", str(source_repo), *h.PIP_SOURCE, "--lock-timeout", "1", prefix=prefix
+        )
+    assert result.returncode == 1, result.output
+    assert "holds" in result.log_text and "pid 4242 host elsewhere" in result.log_text
+    last = result.last_line
+    assert f"FAILED at step [2/{h.STEP_TOTAL}] take the install lock" in last, last
+    assert "still holds" in last and "after 1 s" in last and "--lock-timeout" in last, last
+    assert h.env_dirs(prefix) == [] and not (prefix / h.TAG).exists()
+
+
+def test_interrupted_install_says_so_and_cleans_up(good_install: h.GoodInstall, tmp_path: Path) -> None:
+    """SIGTERM (scancel without -s KILL, Ctrl-C): the last log line names the step and the signal, and the
+    interrupted build removes its own staging directory and temporary files."""
+    prefix = good_install.prefix
+    before = h.snapshot(prefix)
+    logs = h.logs_of(prefix)
+    output = tmp_path / "job.out"
+    proc = h.start_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, output=output)
+    h.wait_for_text(output, h.STEP_MARKERS["packages"], proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    log = h.new_log(prefix, logs)
+    assert log is not None
+    lines = log.read_text().strip().splitlines()
+    started = [line.removesuffix(" ...") for line in lines if re.fullmatch(r"\[\d+/\d+\] .* \.\.\.", line)]
+    assert f"FAILED at step {started[-1]} after" in lines[-1], lines[-1]
+    assert lines[-1].endswith("interrupted by SIGTERM"), lines[-1]
+    assert h.env_dirs(prefix) == h.kept_env_dirs(prefix)
+    assert not list((prefix / ".envs").glob(".tmp.*"))
+    h.assert_unchanged(prefix, before, tmp_path)
