@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=ac8fd5d25fc2ee8822270371e1fe99344a4aa984572dcfe4a5035af010acb95c
+LXPU_RECIPE_HASH=928c33520ed6e920330b0ea9cdc20dac6f97db834285f8b0f813b33e1ec1ccbb
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -434,7 +434,1093 @@ LXPU_EOF
 }
 
 # ---- engine ----
-# Placeholder for the install engine (recipes/templates/install/engine.sh is owned by the install job's
-# author and replaced at merge). It only lets the recipes render.
-lxpu_main() { echo "engine not yet merged" >&2; exit 1; }
+# lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
+# recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
+# lxpu_main does everything. Its own names start with _lxpu_.
+#
+# Layout it builds (docs/architecture.md "Install layout"):
+#   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
+#   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
+#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename)
+#   <prefix>/.locks/<tag>.lock, <prefix>/logs/install-<tag>-<time>.log
+
+_lxpu_usage() {
+	local default_variant="$LXPU_SITE_VARIANT"
+	cat <<EOF
+Usage: install_lightning_${LXPU_VERSION}.sh [options]
+   or: sbatch|qsub install_lightning_${LXPU_VERSION}.sh [options]
+
+Builds a locked Python environment with PyTorch ${LXPU_VERSION}, Lightning ${LXPU_LIGHTNING_VERSION} and lightning_xpu
+for site '${LXPU_SITE}', runs a smoke job in it, and only if that passes publishes it as <prefix>/<tag> with
+<prefix>/lightning-setup-<tag>.sh and the module lightning-xpu/<tag> (<tag> = ${LXPU_VERSION} for the xpu
+variant, ${LXPU_VERSION}-<variant> otherwise). Re-running with unchanged inputs does nothing.
+
+Options:
+  --prefix DIR            install prefix (default: ${LXPU_DEFAULT_PREFIX})
+  --variant V             one of: ${LXPU_VARIANTS}, or auto (default: ${default_variant}; auto = xpu
+                          when an Intel GPU is present, else cpu)
+  --env-manager M         conda or venv (default: ${LXPU_SITE_ENV_MANAGER} if its executable exists, else venv)
+  --base-python PATH      build a venv with --system-site-packages over this Python, which must already
+                          have torch; packages it already has are used as they are (recorded), not reinstalled
+  --source DIR            the lightning-xpu repository (default: found from SLURM_SUBMIT_DIR or
+                          PBS_O_WORKDIR under a scheduler, else from this script's location or the
+                          current directory)
+  --pip-source S          recipe (default): the recipe's package indexes; system: this machine's own pip
+                          configuration (no index options are passed)
+  --index-url URL         use this package index instead of the recipe's
+  --extra-index-url URL   an extra package index (repeatable)
+  --wheelhouse DIR        offline: install only from wheels in DIR (--no-index --find-links DIR)
+  --lock-timeout SECONDS  how long to wait for another install of the same tag (default: 1800)
+  --shared-group GROUP    shared install: the tree is made group GROUP, group-readable, read-only
+  --force                 rebuild even when the inputs are unchanged
+  --dry-run               print every step and command; change nothing
+  -h, --help              this help
+
+Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spaces; e.g. for qsub -v),
+LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
+LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
+(free space required under the prefix).
+Exit status: 0 installed or already installed, 1 a step failed (see the log), 2 bad input.
+EOF
+}
+
+# ---- messages -----------------------------------------------------------------------------------------------
+
+_lxpu_say() { printf '%s\n' "$*"; }
+
+_lxpu_warn() { printf 'WARNING: %s\n' "$*"; }
+
+# Bad input: one line naming the fix, exit 2. Used before anything is written.
+_lxpu_bad_input() {
+	printf 'install_lightning_%s.sh: error: %s\n' "$LXPU_VERSION" "$*" >&2
+	_lxpu_fail_reason="bad input: $*"
+	exit 2
+}
+
+# A step failed: the exit trap writes the last log line from the reason.
+_lxpu_fail() {
+	_lxpu_fail_reason="$*"
+	printf 'ERROR: %s\n' "$*"
+	exit 1
+}
+
+_lxpu_quote() {
+	local arg out=""
+	for arg in "$@"; do
+		out+="$(printf '%q' "$arg") "
+	done
+	printf '%s' "${out% }"
+}
+
+# Print a command, then run it (unless --dry-run). The lock's file descriptor is closed for the command, so
+# that a stray child of a killed install never keeps the lock.
+_lxpu_run() {
+	printf '+ %s\n' "$(_lxpu_quote "$@")"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	local status=0
+	if [[ -n "${_lxpu_lock_fd:-}" ]]; then
+		"$@" {_lxpu_lock_fd}>&- || status=$?
+	else
+		"$@" || status=$?
+	fi
+	[[ "$status" == 0 ]] || _lxpu_fail_reason="exit status $status from: $(_lxpu_quote "$@")"
+	return "$status"
+}
+
+# Write stdin to PATH through a temporary file in the same directory tree and one rename.
+# Leaves PATH untouched (mtime included) when the content is already identical.
+_lxpu_write_atomic() {
+	local path="$1" mode="$2" tmp
+	printf '+ write %s\n' "$(_lxpu_quote "$path")"
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		cat >/dev/null
+		return 0
+	fi
+	mkdir -p "$_lxpu_prefix/.envs"
+	tmp="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.$(basename "$path")"
+	cat >"$tmp"
+	chmod "$mode" "$tmp"
+	if [[ -f "$path" ]] && cmp -s "$tmp" "$path"; then
+		rm -f "$tmp"
+		return 0
+	fi
+	mkdir -p "$(dirname "$path")"
+	mv -f "$tmp" "$path"
+}
+
+_lxpu_now_us() { local t="$EPOCHREALTIME"; printf '%s' "${t/[.,]/}"; }
+
+_lxpu_seconds_since() {
+	local us=$(($(_lxpu_now_us) - $1))
+	printf '%d.%d' $((us / 1000000)) $(((us % 1000000) / 100000))
+}
+
+# ---- steps and the last log line ----------------------------------------------------------------------------
+
+_lxpu_step() {
+	_lxpu_step_end
+	_lxpu_step_n=$((_lxpu_step_n + 1))
+	_lxpu_step_name="$1"
+	_lxpu_step_t0="$(_lxpu_now_us)"
+	printf '[%d/%d] %s ...\n' "$_lxpu_step_n" "$_lxpu_step_total" "$_lxpu_step_name"
+}
+
+_lxpu_step_end() {
+	[[ -z "$_lxpu_step_name" ]] && return 0
+	local seconds
+	seconds="$(_lxpu_seconds_since "$_lxpu_step_t0")"
+	printf '[%d/%d] %s done (%s s)\n' "$_lxpu_step_n" "$_lxpu_step_total" "$_lxpu_step_name" "$seconds"
+	_lxpu_timings+=("$_lxpu_step_n"$'\t'"$_lxpu_step_name"$'\t'"$seconds")
+	_lxpu_step_name=""
+}
+
+_lxpu_on_error() {
+	[[ -n "$_lxpu_fail_reason" ]] || _lxpu_fail_reason="command failed (exit $1): $2"
+}
+
+_lxpu_on_signal() {
+	_lxpu_fail_reason="interrupted by SIG$1"
+	trap - "$1"
+	exit "$2"
+}
+
+_lxpu_on_exit() {
+	local status=$? total where
+	set +e
+	trap - ERR
+	total="$(_lxpu_seconds_since "$_lxpu_t0")"
+	if [[ "$status" == 0 ]]; then
+		_lxpu_step_end
+		printf 'lightning-xpu %s: %s (total %s s)\n' "${_lxpu_tag:-$LXPU_VERSION}" "${_lxpu_result:-done}" "$total"
+	elif [[ "$status" != 2 || -n "$_lxpu_step_name" ]]; then
+		where="before the first step"
+		[[ -n "$_lxpu_step_name" ]] && where="at step [$_lxpu_step_n/$_lxpu_step_total] $_lxpu_step_name"
+		_lxpu_cleanup_failed_build
+		[[ -z "$_lxpu_log" ]] || printf 'log: %s\n' "$_lxpu_log"
+		printf 'lightning-xpu %s: FAILED %s after %s s: %s\n' "${_lxpu_tag:-$LXPU_VERSION}" "$where" "$total" \
+			"${_lxpu_fail_reason:-exit status $status}"
+	fi
+	if [[ -n "$_lxpu_tee_pid" ]]; then
+		# Close the pipe to tee and wait for it, so the log's last line is on disk before we exit.
+		exec 1>&"$_lxpu_stdout_fd" 2>&"$_lxpu_stderr_fd"
+		wait "$_lxpu_tee_pid" 2>/dev/null
+	fi
+	exit "$status"
+}
+
+# A failed or interrupted build removes its own staging environment and temporary files (a kill -9 cannot:
+# the next run does).
+_lxpu_cleanup_failed_build() {
+	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_lock_fd" ]] && return 0
+	rm -rf "$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$."*
+	[[ -z "$_lxpu_env" || "$_lxpu_published" == 1 ]] && return 0
+	[[ -d "$_lxpu_env" ]] || return 0
+	# A signal right after the publishing rename must not remove what is now live.
+	[[ "$(readlink "$_lxpu_prefix/$_lxpu_tag" 2>/dev/null)" != ".envs/$(basename "$_lxpu_env")" ]] || return 0
+	if [[ -f "$_lxpu_env/share/lightning-xpu/smoke.json" && -n "$_lxpu_log" ]]; then
+		cp "$_lxpu_env/share/lightning-xpu/smoke.json" "${_lxpu_log%.log}.smoke.json"
+	fi
+	printf 'removing the unpublished build %s\n' "$_lxpu_env"
+	rm -rf "$_lxpu_env"
+}
+
+_lxpu_start_log() {
+	mkdir -p "$_lxpu_prefix/logs"
+	_lxpu_log="$_lxpu_prefix/logs/install-$_lxpu_tag-$(date +%Y%m%dT%H%M%S)-$$.log"
+	exec {_lxpu_stdout_fd}>&1 {_lxpu_stderr_fd}>&2
+	# tee ignores the signals that stop the install, so the last line ("FAILED ... interrupted") still
+	# reaches the log; it ends when the exit trap closes the pipe.
+	exec > >(
+		trap '' INT TERM HUP
+		exec tee -a "$_lxpu_log"
+	) 2>&1
+	_lxpu_tee_pid=$!
+}
+
+# ---- inputs -------------------------------------------------------------------------------------------------
+
+_lxpu_need_value() {
+	[[ $# -ge 2 && -n "$2" ]] || _lxpu_bad_input "$1 needs a value: see --help"
+}
+
+_lxpu_parse_args() {
+	local opt value
+	while [[ $# -gt 0 ]]; do
+		opt="$1"
+		value=""
+		if [[ "$opt" == --*=* ]]; then
+			value="${opt#*=}"
+			opt="${opt%%=*}"
+			set -- "$opt" "$value" "${@:2}"
+		fi
+		case "$opt" in
+		-h | --help)
+			_lxpu_usage
+			exit 0
+			;;
+		--force) _lxpu_force=1 ;;
+		--dry-run) _lxpu_dry_run=1 ;;
+		--prefix | --variant | --env-manager | --base-python | --source | --pip-source | --index-url | \
+			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group)
+			_lxpu_need_value "$@"
+			case "$opt" in
+			--prefix) _lxpu_prefix="$2" ;;
+			--variant) _lxpu_variant="$2" ;;
+			--env-manager) _lxpu_env_manager="$2" ;;
+			--base-python) _lxpu_base_python="$2" ;;
+			--source) _lxpu_source="$2" ;;
+			--pip-source) _lxpu_pip_source="$2" ;;
+			--index-url) _lxpu_index_url="$2" ;;
+			--extra-index-url) _lxpu_extra_index_urls+=("$2") ;;
+			--wheelhouse) _lxpu_wheelhouse="$2" ;;
+			--lock-timeout) _lxpu_lock_timeout="$2" ;;
+			--shared-group) _lxpu_shared_group="$2" ;;
+			esac
+			shift
+			;;
+		*) _lxpu_bad_input "unknown argument '$opt': see --help" ;;
+		esac
+		shift
+	done
+}
+
+# Only a leading ~ or a literal $HOME is expanded (the recipe's default prefix is written that way).
+_lxpu_expand_home() {
+	local path="$1"
+	# shellcheck disable=SC2016,SC2088 # the patterns are literal on purpose
+	case "$path" in
+	"~") path="$HOME" ;;
+	"~/"*) path="$HOME/${path#"~/"}" ;;
+	'$HOME') path="$HOME" ;;
+	'$HOME/'*) path="$HOME/${path#'$HOME/'}" ;;
+	'${HOME}/'*) path="$HOME/${path#'${HOME}/'}" ;;
+	esac
+	[[ "$path" == /* ]] || path="$PWD/$path"
+	printf '%s' "${path%/}"
+}
+
+_lxpu_word_in() {
+	local word="$1" item
+	shift
+	for item in "$@"; do
+		[[ "$item" == "$word" ]] && return 0
+	done
+	return 1
+}
+
+# An Intel display/compute device in sysfs (vendor 0x8086, PCI class 0x03xxxx).
+_lxpu_have_intel_gpu() {
+	local dev
+	for dev in /sys/class/drm/card*/device; do
+		[[ -r "$dev/vendor" && -r "$dev/class" ]] || continue
+		[[ "$(<"$dev/vendor")" == 0x8086 && "$(<"$dev/class")" == 0x03* ]] && return 0
+	done
+	return 1
+}
+
+_lxpu_is_repo() { [[ -f "$1/pyproject.toml" && -d "$1/lightning_xpu" ]]; }
+
+_lxpu_find_repo_above() {
+	local dir="$1"
+	while [[ -n "$dir" && -d "$dir" ]]; do
+		if _lxpu_is_repo "$dir"; then
+			(cd "$dir" && pwd -P)
+			return 0
+		fi
+		[[ "$dir" == / ]] && break
+		dir="$(dirname "$dir")"
+	done
+	return 1
+}
+
+# Under sbatch/qsub the script runs from a spool copy, so $0 says nothing about the repository there.
+_lxpu_resolve_source() {
+	if [[ -n "$_lxpu_source" ]]; then
+		[[ -d "$_lxpu_source" ]] || _lxpu_bad_input "--source $_lxpu_source is not a directory"
+		_lxpu_is_repo "$_lxpu_source" ||
+			_lxpu_bad_input "--source $_lxpu_source is not the lightning-xpu repository (no pyproject.toml and lightning_xpu/)"
+		_lxpu_source="$(cd "$_lxpu_source" && pwd -P)"
+		return 0
+	fi
+	local candidates=()
+	if [[ -n "${SLURM_JOB_ID:-}" || -n "${PBS_JOBID:-}" ]]; then
+		candidates=("${SLURM_SUBMIT_DIR:-}" "${PBS_O_WORKDIR:-}" "$PWD")
+	else
+		candidates=("$(dirname "$0")" "$PWD")
+	fi
+	local dir
+	for dir in "${candidates[@]}"; do
+		[[ -n "$dir" ]] || continue
+		if _lxpu_source="$(_lxpu_find_repo_above "$dir")"; then
+			return 0
+		fi
+	done
+	_lxpu_bad_input "cannot find the lightning-xpu repository from ${candidates[*]}: submit from inside the repository or pass --source DIR"
+}
+
+_lxpu_resolve_pip_sources() {
+	local line
+	_lxpu_pip_options=()
+	if [[ -n "$_lxpu_wheelhouse" ]]; then
+		[[ -z "$_lxpu_index_url" && ${#_lxpu_extra_index_urls[@]} == 0 ]] ||
+			_lxpu_bad_input "--wheelhouse cannot be combined with --index-url/--extra-index-url: pick one source"
+		[[ -d "$_lxpu_wheelhouse" ]] || _lxpu_bad_input "--wheelhouse $_lxpu_wheelhouse is not a directory"
+		_lxpu_wheelhouse="$(cd "$_lxpu_wheelhouse" && pwd -P)"
+		_lxpu_sources_mode="wheelhouse"
+		_lxpu_pip_options=(--no-index --find-links "$_lxpu_wheelhouse")
+		return 0
+	fi
+	if [[ -n "$_lxpu_index_url" || ${#_lxpu_extra_index_urls[@]} -gt 0 ]]; then
+		[[ "$_lxpu_pip_source" != system ]] ||
+			_lxpu_bad_input "--pip-source system uses this machine's pip configuration only: drop --index-url/--extra-index-url, or use --pip-source recipe"
+		for line in "$_lxpu_index_url" "${_lxpu_extra_index_urls[@]}"; do
+			[[ -z "$line" || "$line" == *://* ]] ||
+				_lxpu_bad_input "package index '$line' is not a URL: give e.g. https://host/simple or file:///path/simple"
+		done
+		_lxpu_sources_mode="custom"
+		[[ -z "$_lxpu_index_url" ]] || _lxpu_pip_options+=(--index-url "$_lxpu_index_url")
+		for line in "${_lxpu_extra_index_urls[@]}"; do
+			_lxpu_pip_options+=(--extra-index-url "$line")
+		done
+		return 0
+	fi
+	case "$_lxpu_pip_source" in
+	system) _lxpu_sources_mode="system" ;;
+	recipe)
+		_lxpu_sources_mode="recipe"
+		# One option per line; "--opt value" lines become two words.
+		local words=()
+		while IFS= read -r line; do
+			[[ -n "$line" ]] || continue
+			read -r -a words <<<"$line"
+			_lxpu_pip_options+=("${words[@]}")
+		done < <(lxpu_pip_sources "$_lxpu_variant")
+		;;
+	*) _lxpu_bad_input "--pip-source must be recipe or system, not '$_lxpu_pip_source'" ;;
+	esac
+}
+
+_lxpu_validate() {
+	local value
+	# Sources may also come from the environment; the options win.
+	[[ -n "$_lxpu_pip_source" ]] || _lxpu_pip_source="${LIGHTNING_XPU_PIP_SOURCE:-recipe}"
+	[[ -n "$_lxpu_index_url" ]] || _lxpu_index_url="${LIGHTNING_XPU_INDEX_URL:-}"
+	if [[ ${#_lxpu_extra_index_urls[@]} == 0 && -n "${LIGHTNING_XPU_EXTRA_INDEX_URL:-}" ]]; then
+		read -r -a _lxpu_extra_index_urls <<<"$LIGHTNING_XPU_EXTRA_INDEX_URL"
+	fi
+	[[ -n "$_lxpu_wheelhouse" ]] || _lxpu_wheelhouse="${LIGHTNING_XPU_WHEELHOUSE:-}"
+
+	# Variant and tag.
+	local variants groups
+	read -r -a variants <<<"$LXPU_VARIANTS"
+	[[ -n "$_lxpu_variant" ]] || _lxpu_variant="$LXPU_SITE_VARIANT"
+	if [[ "$_lxpu_variant" == auto ]]; then
+		if _lxpu_have_intel_gpu && _lxpu_word_in xpu "${variants[@]}"; then
+			_lxpu_variant=xpu
+		else
+			_lxpu_variant=cpu
+			_lxpu_auto_cpu_note=1
+		fi
+	fi
+	_lxpu_word_in "$_lxpu_variant" xpu cpu cuda auto ||
+		_lxpu_bad_input "--variant must be xpu, cpu, cuda or auto, not '$_lxpu_variant'"
+	_lxpu_word_in "$_lxpu_variant" "${variants[@]}" ||
+		_lxpu_bad_input "PyTorch $LXPU_VERSION has no '$_lxpu_variant' variant: pass --variant one of: $LXPU_VARIANTS"
+	if [[ "$_lxpu_variant" == xpu ]]; then
+		_lxpu_tag="$LXPU_VERSION"
+	else
+		_lxpu_tag="$LXPU_VERSION-$_lxpu_variant"
+	fi
+
+	# Prefix.
+	[[ -n "$_lxpu_prefix" ]] || _lxpu_prefix="$LXPU_DEFAULT_PREFIX"
+	_lxpu_prefix="$(_lxpu_expand_home "$_lxpu_prefix")"
+	[[ "$_lxpu_prefix" != *:* && "$_lxpu_prefix" != *$'\n'* ]] ||
+		_lxpu_bad_input "--prefix must not contain ':' or a newline (it goes into MODULEPATH): pick another directory"
+	[[ ! -e "$_lxpu_prefix" || -d "$_lxpu_prefix" ]] || _lxpu_bad_input "--prefix $_lxpu_prefix exists and is not a directory"
+	if [[ -e "$_lxpu_prefix/$_lxpu_tag" && ! -L "$_lxpu_prefix/$_lxpu_tag" ]]; then
+		_lxpu_bad_input "$_lxpu_prefix/$_lxpu_tag exists and is not a symlink made by this installer: move it away or pick another --prefix"
+	fi
+	value="$_lxpu_prefix"
+	while [[ ! -e "$value" ]]; do value="$(dirname "$value")"; done
+	[[ -w "$value" ]] || _lxpu_bad_input "cannot write to $value (for --prefix $_lxpu_prefix): pick a prefix you can write"
+
+	# Lock timeout, shared group.
+	[[ "$_lxpu_lock_timeout" =~ ^[0-9]+$ ]] ||
+		_lxpu_bad_input "--lock-timeout must be a whole number of seconds, not '$_lxpu_lock_timeout'"
+	if [[ -n "$_lxpu_shared_group" ]]; then
+		getent group "$_lxpu_shared_group" >/dev/null ||
+			_lxpu_bad_input "--shared-group $_lxpu_shared_group: no such group (see getent group)"
+		read -r -a groups <<<"$(id -Gn)"
+		[[ "$(id -u)" == 0 ]] || _lxpu_word_in "$_lxpu_shared_group" "${groups[@]}" ||
+			_lxpu_bad_input "--shared-group $_lxpu_shared_group: you are not a member of that group (see id -Gn)"
+	fi
+
+	# Environment manager and Python.
+	_lxpu_python_version="$(lxpu_python_version "$_lxpu_variant")"
+	if [[ -n "$_lxpu_base_python" ]]; then
+		[[ "$_lxpu_env_manager" != conda ]] ||
+			_lxpu_bad_input "--base-python builds a venv over that Python: drop --env-manager conda"
+		_lxpu_env_manager=venv
+		value="$(command -v -- "$_lxpu_base_python" || true)"
+		[[ -n "$value" && -x "$value" ]] || _lxpu_bad_input "--base-python $_lxpu_base_python is not an executable"
+		_lxpu_base_python="$value"
+		_lxpu_base_info="$("$_lxpu_base_python" -c 'import importlib.metadata as m, sys
+print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base_prefix)' 2>/dev/null)" ||
+			_lxpu_bad_input "--base-python $_lxpu_base_python has no torch: pick a Python with torch installed, or drop --base-python"
+		read -r _lxpu_python_version _lxpu_base_torch _lxpu_base_is_venv <<<"$_lxpu_base_info"
+		_lxpu_python="$_lxpu_base_python"
+	else
+		case "${_lxpu_env_manager:-auto}" in
+		auto)
+			if [[ "$LXPU_SITE_ENV_MANAGER" == conda ]] && command -v conda >/dev/null; then
+				_lxpu_env_manager=conda
+			else
+				_lxpu_env_manager=venv
+			fi
+			;;
+		conda)
+			command -v conda >/dev/null ||
+				_lxpu_bad_input "--env-manager conda: no conda executable on PATH: load your site's conda module or pass --env-manager venv"
+			;;
+		venv) ;;
+		*) _lxpu_bad_input "--env-manager must be conda or venv, not '$_lxpu_env_manager'" ;;
+		esac
+		if [[ "$_lxpu_env_manager" == venv ]]; then
+			_lxpu_python="$(command -v "python$_lxpu_python_version" || true)"
+			[[ -n "$_lxpu_python" ]] ||
+				_lxpu_bad_input "python$_lxpu_python_version not found on PATH (the $_lxpu_variant variant needs Python $_lxpu_python_version): load a Python $_lxpu_python_version module or pass --base-python PATH"
+		fi
+	fi
+
+	# Repository and the files the recipe needs from it.
+	_lxpu_resolve_source
+	_lxpu_modulefile="$_lxpu_source/modulefiles/lightning-xpu/$_lxpu_tag.lua"
+	[[ -f "$_lxpu_modulefile" ]] ||
+		_lxpu_bad_input "$_lxpu_modulefile is missing: render it with 'python recipes/render.py render' or pass --source"
+	for value in smoke.py toy_fit.py; do
+		[[ -f "$_lxpu_source/scripts/common/$value" ]] ||
+			_lxpu_bad_input "$_lxpu_source/scripts/common/$value is missing: pass the repository with --source"
+	done
+	_lxpu_lock_path="$(lxpu_lock_file "$_lxpu_variant")"
+	if [[ -n "$_lxpu_lock_path" ]]; then
+		_lxpu_lock_path="$_lxpu_source/$_lxpu_lock_path"
+		[[ -f "$_lxpu_lock_path" ]] ||
+			_lxpu_bad_input "the recipe's lock file $_lxpu_lock_path is missing: run 'python recipes/render.py lock' or pass --source"
+	fi
+	_lxpu_resolve_pip_sources
+}
+
+# ---- inputs hash --------------------------------------------------------------------------------------------
+
+# Everything that decides what gets built. Equal hash + a published manifest with it = nothing to do.
+_lxpu_hash_inputs() {
+	{
+		printf 'recipe %s %s %s %s\n' "$LXPU_RECIPE_HASH" "$LXPU_VERSION" "$LXPU_SITE" "$_lxpu_variant"
+		printf 'env-manager %s python %s\n' "$_lxpu_env_manager" "$_lxpu_python_version"
+		printf 'base-python %s %s\n' "$_lxpu_base_python" "${_lxpu_base_torch:-}"
+		printf 'sources %s %s\n' "$_lxpu_sources_mode" "$(_lxpu_quote "${_lxpu_pip_options[@]}")"
+		printf 'shared-group %s\n' "$_lxpu_shared_group"
+		printf -- '--- requirements\n'
+		lxpu_requirements "$_lxpu_variant"
+		if [[ -n "$_lxpu_lock_path" ]]; then
+			printf -- '--- lock\n'
+			cat "$_lxpu_lock_path"
+		fi
+		if [[ "$_lxpu_env_manager" == conda ]]; then
+			printf -- '--- environment.yml\n'
+			lxpu_environment_yml "$_lxpu_variant"
+		fi
+		printf -- '--- site\n%s\n' "$LXPU_SITE_MODULES"
+		lxpu_site_env
+		printf -- '--- setup script\n'
+		lxpu_setup_script "$_lxpu_tag"
+		printf -- '--- engine\n'
+		local functions
+		mapfile -t functions < <(compgen -A function _lxpu_)
+		declare -f lxpu_main "${functions[@]}"
+		printf -- '--- repository files\n'
+		(
+			cd "$_lxpu_source"
+			local item items=()
+			for item in lightning_xpu pyproject.toml README.md README.rst LICENSE setup.cfg setup.py \
+				scripts/common "modulefiles/lightning-xpu/$_lxpu_tag.lua"; do
+				[[ -e "$item" ]] && items+=("$item")
+			done
+			find "${items[@]}" -type f ! -name '*.py[co]' ! -path '*/__pycache__/*' -print0 |
+				LC_ALL=C sort -z | xargs -0 sha256sum
+		)
+	} | sha256sum | cut -d' ' -f1
+}
+
+_lxpu_repo_commit() {
+	local commit dirty=""
+	if commit="$(git -C "$_lxpu_source" rev-parse HEAD 2>/dev/null)"; then
+		[[ -z "$(git -C "$_lxpu_source" status --porcelain 2>/dev/null)" ]] || dirty="-dirty"
+		printf '%s%s' "$commit" "$dirty"
+	else
+		printf 'unknown'
+	fi
+}
+
+# ---- the steps ----------------------------------------------------------------------------------------------
+
+_lxpu_step_check() {
+	_lxpu_step "check inputs and disk space"
+	if [[ "$_lxpu_auto_cpu_note" == 1 ]]; then
+		_lxpu_say "################################################################################"
+		_lxpu_say "NOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch"
+		_lxpu_say "      $LXPU_VERSION as module lightning-xpu/$_lxpu_tag (NOT the XPU build)."
+		_lxpu_say "      Pass --variant xpu to build the XPU environment anyway."
+		_lxpu_say "################################################################################"
+	fi
+	_lxpu_say "recipe:      PyTorch $LXPU_VERSION, Lightning $LXPU_LIGHTNING_VERSION, site $LXPU_SITE, variant $_lxpu_variant (hash ${LXPU_RECIPE_HASH:0:12})"
+	_lxpu_say "prefix:      $_lxpu_prefix (tag $_lxpu_tag)"
+	_lxpu_say "repository:  $_lxpu_source (commit $_lxpu_commit)"
+	_lxpu_say "environment: $_lxpu_env_manager, Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
+	[[ -z "$_lxpu_base_python" ]] || _lxpu_say "base python: $_lxpu_base_python (torch $_lxpu_base_torch)"
+	_lxpu_say "sources:     $_lxpu_sources_mode${_lxpu_pip_options[*]:+ $(_lxpu_quote "${_lxpu_pip_options[@]}")}${_lxpu_lock_path:+; lock $_lxpu_lock_path}"
+	_lxpu_say "inputs hash: $_lxpu_inputs_hash"
+	_lxpu_say "host:        ${HOSTNAME:-$(uname -n)}${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
+	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
+
+	local need_gib free_kib dir="$_lxpu_prefix"
+	need_gib="${LIGHTNING_XPU_MIN_FREE_GIB:-}"
+	if [[ -z "$need_gib" ]]; then
+		case "$_lxpu_variant" in
+		cpu) need_gib=3 ;;
+		*) need_gib=15 ;;
+		esac
+		[[ -z "$_lxpu_base_python" ]] || need_gib=1
+	fi
+	while [[ ! -e "$dir" ]]; do dir="$(dirname "$dir")"; done
+	free_kib="$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')"
+	_lxpu_say "disk:        $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed"
+	((free_kib >= need_gib * 1048576)) ||
+		_lxpu_fail "only $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed: free space or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB overrides the check)"
+
+	if [[ -n "$LXPU_SITE_MODULES" ]]; then
+		if ! declare -F module >/dev/null; then
+			local init="${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash"
+			[[ -f "$init" ]] || _lxpu_fail "site $LXPU_SITE needs the modules '$LXPU_SITE_MODULES' but Lmod's module command is missing: run from a login shell"
+			# shellcheck disable=SC1090
+			source "$init"
+		fi
+		# shellcheck disable=SC2086
+		_lxpu_run module load $LXPU_SITE_MODULES
+	fi
+}
+
+_lxpu_lock() {
+	_lxpu_step "take the install lock"
+	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" holder="" me tries=0
+	_lxpu_say "+ flock $(_lxpu_quote "$lockfile") (wait up to $_lxpu_lock_timeout s)"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	mkdir -p "$_lxpu_prefix/.locks"
+	me="pid $$ host ${HOSTNAME:-$(uname -n)} since $(date -Iseconds)"
+	# Opened read-write without truncating: the holder's pid and host stay readable for waiters.
+	exec {_lxpu_lock_fd}<>"$lockfile"
+	if ! flock -n "$_lxpu_lock_fd"; then
+		# The holder writes its line right after taking the lock: give it a moment if it is not there yet.
+		while [[ "$holder" != pid* && $tries -lt 10 ]]; do
+			holder="$(<"$lockfile")" || true
+			[[ "$holder" == pid* ]] || sleep 0.2
+			tries=$((tries + 1))
+		done
+		_lxpu_say "another install of $_lxpu_tag holds $lockfile: ${holder:-unknown holder}; waiting up to $_lxpu_lock_timeout s"
+		flock -w "$_lxpu_lock_timeout" "$_lxpu_lock_fd" ||
+			_lxpu_fail "another install of $_lxpu_tag (${holder:-unknown holder}) still holds $lockfile after $_lxpu_lock_timeout s: wait for it to finish or raise --lock-timeout"
+	fi
+	printf '%s\n' "$me" >"$lockfile"
+	_lxpu_remove_leftovers
+}
+
+# Under the lock, every build dir of this tag that is neither published nor kept as the previous one is a
+# leftover of a killed run; so are temporary files named .tmp.<tag>.*.
+_lxpu_remove_leftovers() {
+	local envs="$_lxpu_prefix/.envs" keep_current="" keep_previous="" path name
+	[[ -d "$envs" ]] || return 0
+	[[ -L "$_lxpu_prefix/$_lxpu_tag" ]] && keep_current="$(basename "$(readlink "$_lxpu_prefix/$_lxpu_tag")")"
+	[[ -L "$envs/$_lxpu_tag.previous" ]] && keep_previous="$(basename "$(readlink "$envs/$_lxpu_tag.previous")")"
+	for path in "$envs/$_lxpu_tag".* "$envs/.tmp.$_lxpu_tag".*; do
+		[[ -e "$path" || -L "$path" ]] || continue
+		name="$(basename "$path")"
+		[[ "$name" == "$_lxpu_tag.previous" || "$name" == "$keep_current" || "$name" == "$keep_previous" ]] && continue
+		_lxpu_say "removing leftover $path"
+		rm -rf "$path"
+	done
+}
+
+# True (0) when the published install has exactly these inputs.
+_lxpu_published_is_current() {
+	local root="$_lxpu_prefix/$_lxpu_tag" recorded
+	[[ -L "$root" && -x "$root/bin/python" && -f "$root/manifest.json" ]] || return 1
+	recorded="$("$root/bin/python" -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+print(m.get("inputs_hash", "") if m.get("status") == "installed" else "")' "$root/manifest.json" 2>/dev/null)" || return 1
+	[[ "$recorded" == "$_lxpu_inputs_hash" ]]
+}
+
+_lxpu_create_env() {
+	_lxpu_step "create the $_lxpu_env_manager environment"
+	_lxpu_say "build: $_lxpu_env"
+	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_prefix/.envs"
+	if [[ "$_lxpu_env_manager" == conda ]]; then
+		# conda builds the conda layer only; the pip layer goes through the same pip step as a venv, so
+		# sources, locks and hashes are handled once.
+		local yml="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.environment.yml"
+		_lxpu_say "+ write $(_lxpu_quote "$yml") (the recipe's environment.yml without its pip section)"
+		[[ "$_lxpu_dry_run" == 1 ]] || lxpu_environment_yml "$_lxpu_variant" | _lxpu_conda_layer >"$yml"
+		_lxpu_run conda env create --prefix "$_lxpu_env" --file "$yml"
+		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$yml"
+	elif [[ -n "$_lxpu_base_python" ]]; then
+		_lxpu_run "$_lxpu_python" -m venv --system-site-packages "$_lxpu_env"
+		if [[ "$_lxpu_base_is_venv" == True ]]; then
+			# A venv's --system-site-packages means its base interpreter's, not the base venv's: point a .pth
+			# file at the base venv's site-packages so its torch is seen.
+			_lxpu_run_py_to "$_lxpu_env/lib/python$_lxpu_python_version/site-packages/_lightning_xpu_base.pth" \
+				"$_lxpu_base_python" -c 'import site; print("\n".join(site.getsitepackages()))'
+		fi
+	else
+		_lxpu_run "$_lxpu_python" -m venv "$_lxpu_env"
+	fi
+	_lxpu_py="$_lxpu_env/bin/python"
+	_lxpu_site_packages="$_lxpu_env/lib/python$_lxpu_python_version/site-packages"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	[[ -x "$_lxpu_py" ]] || _lxpu_fail "$_lxpu_env_manager did not create $_lxpu_py"
+	mkdir -p "$_lxpu_env/share/lightning-xpu"
+}
+
+# Run a command and write its stdout to a file (printed as one step).
+_lxpu_run_py_to() {
+	local out="$1"
+	shift
+	printf '+ %s > %s\n' "$(_lxpu_quote "$@")" "$(_lxpu_quote "$out")"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	"$@" >"$out"
+}
+
+# The conda layer of environment.yml: only the keys conda itself reads (name, channels, dependencies,
+# variables; conda-lock's own keys such as platforms and pip-repositories go), and no pip section: conda
+# must not run pip for us.
+_lxpu_conda_layer() {
+	awk '
+		/^[^ #-][^:]*:/ {
+			key = $0; sub(/:.*/, "", key)
+			keep = (key == "name" || key == "channels" || key == "dependencies" || key == "variables")
+			skip = 0
+		}
+		!keep { next }
+		{ match($0, /^[ ]*/); indent = RLENGTH }
+		skip && (indent > pip_indent || /^[[:space:]]*$/) { next }
+		{ skip = 0 }
+		/^[ ]*- "?pip"?:[ ]*$/ { pip_indent = indent; skip = 1; next }
+		{ print }
+	'
+}
+
+# pip, with its last ERROR line as the failure reason (the full output is in the log above it).
+_lxpu_pip() {
+	local out="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.pip-output" status=0 why
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_run "$_lxpu_py" -m pip --disable-pip-version-check --no-input "$@"
+		return 0
+	fi
+	_lxpu_run "$_lxpu_py" -m pip --disable-pip-version-check --no-input "$@" 2>&1 | tee "$out" || status=$?
+	if [[ "$status" != 0 ]]; then
+		why="$(grep '^ERROR:' "$out" | tail -n 1 || true)"
+		_lxpu_fail_reason="pip $1 failed (exit $status)${why:+: ${why#ERROR: }}"
+	fi
+	rm -f "$out"
+	return "$status"
+}
+
+_lxpu_install_packages() {
+	_lxpu_step "install pinned packages"
+	local share="$_lxpu_env/share/lightning-xpu" reqs hashes=()
+	reqs="$share/requirements.txt"
+	if [[ -n "$_lxpu_lock_path" ]]; then
+		_lxpu_say "lock: $_lxpu_lock_path (hash-checked)"
+		hashes=(--require-hashes)
+		[[ "$_lxpu_dry_run" == 1 ]] || cp "$_lxpu_lock_path" "$reqs"
+	elif [[ "$_lxpu_dry_run" != 1 ]]; then
+		lxpu_requirements "$_lxpu_variant" >"$reqs"
+	fi
+	if [[ -n "$_lxpu_base_python" && "$_lxpu_dry_run" != 1 ]]; then
+		_lxpu_drop_base_packages "$reqs"
+	fi
+	_lxpu_pip install "${hashes[@]}" "${_lxpu_pip_options[@]}" --report "$share/pip-report.json" -r "$reqs"
+}
+
+# With --base-python: requirements the base Python already satisfies by name are not reinstalled (torch
+# above all); the base's versions are what the environment gets, and the manifest records them.
+_lxpu_drop_base_packages() {
+	local reqs="$1"
+	"$_lxpu_base_python" - "$reqs" <<'PY'
+import importlib.metadata as md
+import re
+import sys
+
+path = sys.argv[1]
+have = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in md.distributions()}
+kept, dropped, entry = [], [], []
+lines = open(path).read().splitlines()
+for line in lines + [""]:
+    entry.append(line)
+    if line.rstrip().endswith("\\"):
+        continue
+    text = " ".join(part.rstrip("\\").strip() for part in entry).strip()
+    entry_lines, entry = entry, []
+    match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)", text)
+    name = re.sub(r"[-_.]+", "-", match.group(1)).lower() if match and not text.startswith("-") else None
+    if name in have:
+        dropped.append(f"{name} {have[name]}")
+    else:
+        kept.extend(entry_lines)
+open(path, "w").write("\n".join(kept).strip() + "\n")
+print("from the base python (not reinstalled): " + (", ".join(dropped) or "nothing"))
+PY
+}
+
+_lxpu_install_runtime() {
+	_lxpu_step "install lightning_xpu from the repository"
+	local build="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.build" wheels="$_lxpu_env/share/lightning-xpu/wheels" item
+	# Built without build isolation, by the environment's own setuptools: nothing extra to download (offline
+	# wheelhouses need nothing but the recipe's packages), and from a copy, so the repository (possibly
+	# shared or read-only) is never written to.
+	_lxpu_say "+ copy the package sources to $(_lxpu_quote "$build")"
+	if [[ "$_lxpu_dry_run" != 1 ]]; then
+		mkdir -p "$build"
+		for item in pyproject.toml setup.cfg setup.py README.md README.rst LICENSE lightning_xpu; do
+			[[ -e "$_lxpu_source/$item" ]] && cp -R "$_lxpu_source/$item" "$build/"
+		done
+		find "$build" -name __pycache__ -prune -exec rm -rf {} +
+	fi
+	if [[ "$_lxpu_dry_run" == 1 ]] || ! "$_lxpu_py" -c '
+import importlib.metadata as m, importlib.util as u, sys
+v = tuple(int(x) for x in m.version("setuptools").split(".")[:2])
+sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
+		_lxpu_say "(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel)"
+		_lxpu_pip install "${_lxpu_pip_options[@]}" "setuptools>=70.1"
+	fi
+	_lxpu_pip wheel --no-deps --no-build-isolation --wheel-dir "$wheels" "$build"
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_pip install "${_lxpu_pip_options[@]}" "$wheels/lightning_xpu-<version>-py3-none-any.whl"
+		return 0
+	fi
+	rm -rf "$build"
+	local wheel=("$wheels"/lightning_xpu-*.whl)
+	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
+	_lxpu_pip install "${_lxpu_pip_options[@]}" "${wheel[0]}"
+}
+
+_lxpu_enable_hook() {
+	_lxpu_step "enable the zero-code-change hook and site files"
+	local share="$_lxpu_env/share/lightning-xpu"
+	printf '%s\n' 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")' |
+		_lxpu_write_new "$_lxpu_site_packages/lightning_xpu-autoload.pth"
+	lxpu_site_env | _lxpu_write_new "$_lxpu_env/lightning-xpu-site.sh"
+	# shellcheck disable=SC2086
+	{ [[ -z "$LXPU_SITE_MODULES" ]] || printf '%s\n' $LXPU_SITE_MODULES; } |
+		_lxpu_write_new "$_lxpu_env/lightning-xpu-site-modules.txt"
+	_lxpu_run cp "$_lxpu_source/scripts/common/smoke.py" "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
+}
+
+# Write stdin into a file of the staging environment (not yet visible to anyone: no temp file needed).
+_lxpu_write_new() {
+	printf '+ write %s\n' "$(_lxpu_quote "$1")"
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		cat >/dev/null
+	else
+		cat >"$1"
+	fi
+}
+
+_lxpu_byte_compile() {
+	_lxpu_step "byte-compile the environment"
+	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" -m compileall -q -j0 "$_lxpu_env/lib")"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	local out failed line
+	# compileall exits 1 when any file does not compile; some wheels ship files for newer Pythons on
+	# purpose (e.g. torch's py312 test helpers), so failures are reported, not fatal.
+	out="$("$_lxpu_py" -m compileall -q -j0 "$_lxpu_env/lib" 2>&1 {_lxpu_lock_fd}>&-)" || true
+	failed="$(grep -o "^\*\*\* Error compiling '[^']*'" <<<"$out" | sed "s/^\*\*\* Error compiling //; s/'//g" || true)"
+	if [[ -n "$failed" ]]; then
+		_lxpu_warn "$(wc -l <<<"$failed") file(s) do not compile for Python $_lxpu_python_version (left as source):"
+		while IFS= read -r line; do printf '  %s\n' "$line"; done <<<"$failed"
+	fi
+	printf '%s\n' "$failed" | sed '/^$/d' >"$_lxpu_env/share/lightning-xpu/bytecompile-failures.txt"
+	grep -q '/site-packages/lightning_xpu/' <<<"$failed" && _lxpu_fail "lightning_xpu itself does not compile"
+	return 0
+}
+
+# The environment as the setup script and modulefile give it, in a subshell.
+_lxpu_smoke() {
+	_lxpu_step "run the smoke job"
+	local share="$_lxpu_env/share/lightning-xpu" args=()
+	[[ "$_lxpu_variant" != xpu ]] || args=(--require-xpu)
+	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" "$share/smoke.py" --json "$share/smoke.json" "${args[@]}")"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	local status=0
+	(
+		set +u
+		# shellcheck disable=SC1091
+		source "$_lxpu_env/lightning-xpu-site.sh"
+		export PATH="$_lxpu_env/bin:$PATH" LIGHTNING_XPU_ROOT="$_lxpu_env"
+		export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$_lxpu_tag"
+		if [[ "$_lxpu_env_manager" == conda ]]; then export CONDA_PREFIX="$_lxpu_env"; else export VIRTUAL_ENV="$_lxpu_env"; fi
+		exec "$_lxpu_py" "$share/smoke.py" --json "$share/smoke.json" "${args[@]}" {_lxpu_lock_fd}>&-
+	) || status=$?
+	[[ "$status" == 0 ]] || _lxpu_fail "the smoke job failed (exit $status): $(_lxpu_smoke_failures "$share/smoke.json")"
+}
+
+_lxpu_smoke_failures() {
+	"$_lxpu_py" -c 'import json, sys
+try:
+    checks = json.load(open(sys.argv[1]))["checks"]
+except Exception as exc:
+    print(f"no result ({exc})")
+else:
+    print("; ".join(n + ": " + str(c["detail"]) for n, c in checks.items() if not c["ok"])[:500])' "$1" 2>/dev/null || true
+}
+
+_lxpu_write_manifest() {
+	_lxpu_step "write the manifest"
+	local share="$_lxpu_env/share/lightning-xpu"
+	_lxpu_say "+ write $(_lxpu_quote "$_lxpu_env/manifest.json")"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	printf '%s\n' "${_lxpu_timings[@]}" >"$share/steps.tsv"
+	[[ -z "$_lxpu_log" ]] || cp "$_lxpu_log" "$share/install.log"
+	"$_lxpu_py" - "$_lxpu_env/manifest.json" <<PY {_lxpu_lock_fd}>&-
+import hashlib, importlib.metadata as md, json, os, pwd, socket, sys, time
+from pathlib import Path
+
+env = Path($(_lxpu_pystr "$_lxpu_env"))
+share = env / "share" / "lightning-xpu"
+
+def norm(name):
+    return name.lower().replace("_", "-").replace(".", "-")
+
+report_hashes = {}
+report = share / "pip-report.json"
+if report.exists():
+    for item in json.loads(report.read_text()).get("install", []):
+        archive = item.get("download_info", {}).get("archive_info", {})
+        sha = archive.get("hashes", {}).get("sha256") or archive.get("hash", "").partition("sha256=")[2]
+        if sha:
+            report_hashes[norm(item["metadata"]["name"])] = sha
+wheels = {}
+for wheel in (share / "wheels").glob("*.whl"):
+    wheels[norm(wheel.name.split("-")[0])] = hashlib.sha256(wheel.read_bytes()).hexdigest()
+packages = {}
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    if not name or norm(name) in packages:
+        continue  # the first on sys.path wins, as at import time
+    location = Path(str(dist.locate_file(""))).resolve()
+    entry = {"name": name, "version": dist.version,
+             "from": "environment" if env.resolve() in location.parents or location == env.resolve() else "base-python"}
+    sha = report_hashes.get(norm(name)) or wheels.get(norm(name))
+    if sha:
+        entry["sha256"] = sha
+    packages[norm(name)] = entry
+steps = []
+for line in (share / "steps.tsv").read_text().splitlines():
+    if line.strip():
+        n, name, seconds = line.split("\t")
+        steps.append({"step": int(n), "name": name, "seconds": float(seconds)})
+failures = (share / "bytecompile-failures.txt").read_text().splitlines()
+manifest = {
+    "schema": 1,
+    "status": "installed",
+    "tag": $(_lxpu_pystr "$_lxpu_tag"),
+    "recipe": {
+        "torch": $(_lxpu_pystr "$LXPU_VERSION"),
+        "site": $(_lxpu_pystr "$LXPU_SITE"),
+        "variant": $(_lxpu_pystr "$_lxpu_variant"),
+        "lightning": $(_lxpu_pystr "$LXPU_LIGHTNING_VERSION"),
+        "python": $(_lxpu_pystr "$_lxpu_python_version"),
+        "hash": $(_lxpu_pystr "$LXPU_RECIPE_HASH"),
+    },
+    "inputs_hash": $(_lxpu_pystr "$_lxpu_inputs_hash"),
+    "repository": {"path": $(_lxpu_pystr "$_lxpu_source"), "commit": $(_lxpu_pystr "$_lxpu_commit")},
+    "build_id": $(_lxpu_pystr "$_lxpu_build_id"),
+    "prefix": $(_lxpu_pystr "$_lxpu_prefix"),
+    "env_path": str(env),
+    "env_manager": $(_lxpu_pystr "$_lxpu_env_manager"),
+    "python": {"executable": sys.executable, "version": sys.version.split()[0]},
+    "base_python": ({"path": $(_lxpu_pystr "$_lxpu_base_python"), "torch": $(_lxpu_pystr "${_lxpu_base_torch:-}")}
+                    if $(_lxpu_pystr "$_lxpu_base_python") else None),
+    "sources": {
+        "mode": $(_lxpu_pystr "$_lxpu_sources_mode"),
+        "pip_options": $(_lxpu_pylist "${_lxpu_pip_options[@]}"),
+        "lock_file": $(_lxpu_pystr "$_lxpu_lock_path") or None,
+        "require_hashes": bool($(_lxpu_pystr "$_lxpu_lock_path")),
+    },
+    "shared_group": $(_lxpu_pystr "$_lxpu_shared_group") or None,
+    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    "host": socket.gethostname(),
+    "user": pwd.getpwuid(os.getuid()).pw_name,
+    "scheduler_job": os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID"),
+    "packages": sorted(packages.values(), key=lambda p: p["name"].lower()),
+    "steps": steps,
+    "bytecompile_failures": failures,
+    "smoke": json.loads((share / "smoke.json").read_text()),
+}
+tmp = Path(sys.argv[1] + ".tmp")
+tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+os.replace(tmp, sys.argv[1])
+PY
+}
+
+# Python string literal of a shell string (via JSON, which Python reads as a literal).
+_lxpu_pystr() {
+	local s="$1"
+	s="${s//\\/\\\\}"
+	s="${s//\"/\\\"}"
+	s="${s//$'\n'/\\n}"
+	s="${s//$'\t'/\\t}"
+	printf '"%s"' "$s"
+}
+
+_lxpu_pylist() {
+	local item out=""
+	for item in "$@"; do out+="$(_lxpu_pystr "$item"), "; done
+	printf '[%s]' "${out%, }"
+}
+
+# Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only.
+# FLAG is -R for trees, or -- for single files and directories.
+_lxpu_share_permissions() {
+	local flag="$1"
+	shift
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		[[ -z "$_lxpu_shared_group" ]] ||
+			_lxpu_say "+ chgrp $flag $_lxpu_shared_group; chmod $flag g+rX,g-w,o-w: $(_lxpu_quote "$@")"
+		return 0
+	fi
+	chmod "$flag" o-w "$@"
+	[[ -n "$_lxpu_shared_group" ]] || return 0
+	chgrp "$flag" "$_lxpu_shared_group" "$@"
+	chmod "$flag" g+rX,g-w "$@"
+}
+
+_lxpu_publish() {
+	_lxpu_step "publish"
+	local link="$_lxpu_prefix/$_lxpu_tag" old="" tmp_link="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.link"
+	local envs="$_lxpu_prefix/.envs"
+	_lxpu_share_permissions -R "$_lxpu_env"
+	[[ -L "$link" ]] && old="$(readlink "$link")"
+	# THE publishing rename: <prefix>/<tag> switches from the old build to the new one atomically.
+	_lxpu_run ln -s ".envs/$(basename "$_lxpu_env")" "$tmp_link"
+	_lxpu_run mv -T "$tmp_link" "$link"
+	_lxpu_published=1
+	if [[ -n "$old" && "$old" != ".envs/$(basename "$_lxpu_env")" ]]; then
+		# Keep the previous build for jobs still running from it; older ones are removed.
+		_lxpu_run ln -s "$(basename "$old")" "$envs/.tmp.$_lxpu_tag.$$.previous"
+		_lxpu_run mv -T "$envs/.tmp.$_lxpu_tag.$$.previous" "$envs/$_lxpu_tag.previous"
+	fi
+	_lxpu_write_entry_points
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_remove_leftovers
+}
+
+# Setup script and modulefile: identical for every build of a tag (they resolve <prefix>/<tag>), written by
+# temp file + rename and left untouched when unchanged.
+_lxpu_write_entry_points() {
+	local setup="$_lxpu_prefix/lightning-setup-$_lxpu_tag.sh"
+	local modfile="$_lxpu_prefix/modulefiles/lightning-xpu/$_lxpu_tag.lua"
+	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_prefix/modulefiles/lightning-xpu"
+	lxpu_setup_script "$_lxpu_tag" | _lxpu_write_atomic "$setup" 0755
+	_lxpu_write_atomic "$modfile" 0644 <"$_lxpu_modulefile"
+	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
+	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
+	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
+	[[ -z "$_lxpu_shared_group" ]] || chgrp -h "$_lxpu_shared_group" "$_lxpu_prefix/$_lxpu_tag"
+}
+
+_lxpu_entry_points_current() {
+	local setup="$_lxpu_prefix/lightning-setup-$_lxpu_tag.sh"
+	local modfile="$_lxpu_prefix/modulefiles/lightning-xpu/$_lxpu_tag.lua"
+	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" &&
+		cmp -s "$setup" <(lxpu_setup_script "$_lxpu_tag")
+}
+
+# ---- main ---------------------------------------------------------------------------------------------------
+
+lxpu_main() {
+	set -Eeuo pipefail
+	# Engine state (all _lxpu_*).
+	_lxpu_t0="$(_lxpu_now_us)"
+	_lxpu_prefix="" _lxpu_variant="" _lxpu_env_manager="" _lxpu_base_python="" _lxpu_source=""
+	_lxpu_pip_source="" _lxpu_index_url="" _lxpu_extra_index_urls=() _lxpu_wheelhouse=""
+	_lxpu_lock_timeout=1800 _lxpu_shared_group="" _lxpu_force=0 _lxpu_dry_run=0
+	_lxpu_tag="" _lxpu_log="" _lxpu_tee_pid="" _lxpu_lock_fd="" _lxpu_env="" _lxpu_published=0
+	_lxpu_step_n=0 _lxpu_step_total=10 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
+	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
+	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
+	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd=""
+
+	trap _lxpu_on_exit EXIT
+	trap '_lxpu_on_error $? "$BASH_COMMAND"' ERR
+	trap '_lxpu_on_signal INT 130' INT
+	trap '_lxpu_on_signal TERM 143' TERM
+	trap '_lxpu_on_signal HUP 129' HUP
+
+	# Shared installs must be readable by others whatever the job's umask (PBS defaults to 077).
+	umask 022
+	# Schedulers that cannot pass arguments to a job script (qsub -v) can pass them in the environment;
+	# the command line comes after them, so it wins.
+	local env_args=()
+	read -r -a env_args <<<"${LIGHTNING_XPU_INSTALL_ARGS:-}"
+	_lxpu_parse_args "${env_args[@]}" "$@"
+	command -v flock >/dev/null || _lxpu_bad_input "flock (util-linux) is missing: install util-linux or load a module that has it"
+	_lxpu_validate
+	# Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
+	local name
+	for name in PYTHONPATH PYTHONHOME PYTHONSTARTUP; do
+		if [[ -n "${!name:-}" ]]; then
+			_lxpu_unset_vars+=" $name"
+			unset "$name"
+		fi
+	done
+	export PYTHONNOUSERSITE=1
+	_lxpu_inputs_hash="$(_lxpu_hash_inputs)"
+	_lxpu_commit="$(_lxpu_repo_commit)"
+	_lxpu_build_id="$(date +%Y%m%dT%H%M%S)-$$"
+	_lxpu_env="$_lxpu_prefix/.envs/$_lxpu_tag.$_lxpu_build_id"
+
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_say "dry run: printing every step and command; nothing is changed"
+	else
+		_lxpu_start_log
+	fi
+	_lxpu_step_check
+	_lxpu_lock
+	if [[ "$_lxpu_force" != 1 ]] && _lxpu_published_is_current; then
+		if [[ "$_lxpu_dry_run" == 1 ]]; then
+			_lxpu_result="already installed with these inputs: nothing to do (--force rebuilds)"
+		elif _lxpu_entry_points_current; then
+			_lxpu_result="already installed with these inputs: nothing changed (--force rebuilds)"
+		else
+			_lxpu_write_entry_points
+			_lxpu_result="already installed with these inputs: setup script and modulefile restored"
+		fi
+		_lxpu_env=""
+		return 0
+	fi
+	_lxpu_create_env
+	_lxpu_install_packages
+	_lxpu_install_runtime
+	_lxpu_enable_hook
+	_lxpu_byte_compile
+	_lxpu_smoke
+	_lxpu_write_manifest
+	_lxpu_publish
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_result="dry run finished: nothing was changed"
+	else
+		_lxpu_result="installed $_lxpu_prefix/$_lxpu_tag -> $(readlink "$_lxpu_prefix/$_lxpu_tag")"
+	fi
+}
 lxpu_main "$@"
