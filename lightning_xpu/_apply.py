@@ -9,9 +9,9 @@ from lightning_xpu._autoload import disabled
 from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces_for
 
 # Modules holding `apply_fabric(namespace)`; applied to lightning.fabric and lightning_fabric.
-FABRIC_PATCHES: tuple[str, ...] = ("lightning_xpu.registration",)
+FABRIC_PATCHES: tuple[str, ...] = ("lightning_xpu.registration", "lightning_xpu.strategies")
 # Modules holding `apply_pytorch(namespace)`; applied to lightning.pytorch and pytorch_lightning.
-PYTORCH_PATCHES: tuple[str, ...] = ("lightning_xpu.registration",)
+PYTORCH_PATCHES: tuple[str, ...] = ("lightning_xpu.registration", "lightning_xpu.strategies")
 
 _done: set[tuple[str, str]] = set()
 

@@ -1,0 +1,67 @@
+"""Barrier and object broadcast on the XPU backends.
+
+Barrier: Lightning passes `device_ids` to `torch.distributed.barrier` only for nccl; on xccl/ccl it passes none and
+torch falls back to the bound or current device (warning that this may hang). We pass the rank's device as
+Lightning does for nccl.
+
+Objects (checkpoint paths, log directories, profiler names) travel through `broadcast_object_list`. With oneCCL's
+"ccl" backend a broadcast of strings was seen to hang (Lightning PR #19443), so on ccl the objects go through a
+gloo group of the same ranks, opened once right after the process group; gloo is always built in and objects are
+small and rare. XCCL serialises objects onto the current XPU like NCCL does on CUDA and keeps the world group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lightning_xpu.strategies.backend import CCL, XPU_BACKENDS
+
+# The strategy attribute holding the gloo group for objects; present only on XPU with the ccl backend.
+OBJECT_GROUP_ATTRIBUTE = "_lightning_xpu_object_group"
+
+
+def _initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def xpu_backend_in_use() -> str | None:
+    """The default process group's backend if it is an XPU one, else None (also when no group exists)."""
+    if not _initialized():
+        return None
+    backend = str(torch.distributed.get_backend())
+    return backend if backend in XPU_BACKENDS else None
+
+
+def open_object_group(strategy: Any) -> None:
+    """Give `strategy` its gloo group for objects when the world runs on ccl. Every rank must call it (collective)."""
+    if xpu_backend_in_use() == CCL and getattr(strategy, OBJECT_GROUP_ATTRIBUTE, None) is None:
+        setattr(strategy, OBJECT_GROUP_ATTRIBUTE, torch.distributed.new_group(backend="gloo"))
+
+
+def barrier_with_device(original: Callable[..., None]) -> Callable[..., None]:
+    """Wraps a strategy's `barrier`."""
+
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> None:
+        if xpu_backend_in_use() is None:
+            return original(self, *args, **kwargs)
+        torch.distributed.barrier(device_ids=[self.root_device.index])
+        return None
+
+    return barrier
+
+
+def broadcast_objects_safely(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a strategy's `broadcast`."""
+
+    def broadcast(self: Any, obj: Any, src: int = 0) -> Any:
+        group = getattr(self, OBJECT_GROUP_ATTRIBUTE, None)
+        if group is None or not _initialized():
+            return original(self, obj, src)
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src, group=group)
+        return box[0]
+
+    return broadcast
