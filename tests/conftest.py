@@ -67,6 +67,7 @@ class SimulatedXPU:
     xccl: bool = True
     fp64: bool = True
     oneccl: bool = False
+    initialized: bool = False  # whether the XPU runtime has started in this process (torch.xpu.is_initialized)
     current: int = 0
     set_device_calls: list[Any] = field(default_factory=list)
     synchronize_calls: int = 0
@@ -82,9 +83,9 @@ class SimulatedXPU:
 def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SimulatedXPU]]:
     """Call it to make this process look like it has Intel GPUs: `sim = simulated_xpu(devices=4, xccl=False)`.
 
-    Patches only device *queries* (availability, count, current/set device, properties, memory stats, cache,
-    synchronize, XCCL availability) and streams (stand-in `torch.xpu.Stream`/`torch.xpu.stream`, entries logged in
-    `sim.events`); tensors still cannot be moved to "xpu" on the CPU build. `oneccl=True` makes
+    Patches only device *queries* (availability, runtime started, count, current/set device, properties, memory
+    stats, cache, synchronize, XCCL availability) and streams (stand-in `torch.xpu.Stream`/`torch.xpu.stream`,
+    entries logged in `sim.events`); tensors still cannot be moved to "xpu" on the CPU build. `oneccl=True` makes
     `import oneccl_bindings_for_pytorch` give a stand-in module; `oneccl=False` makes that import fail.
     """
 
@@ -94,6 +95,7 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
         def set_device(device: Any) -> None:
             sim.set_device_calls.append(device)
             sim.events.append(("set_device", device))
+            sim.initialized = True  # as the real call starts the XPU runtime
             sim.current = torch.device(device).index if not isinstance(device, int) else device
 
         def synchronize(device: Any = None) -> None:
@@ -107,6 +109,7 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
                                    total_memory=64 * 2**30, driver_version="simulated")
 
         monkeypatch.setattr(torch.xpu, "is_available", lambda: sim.devices > 0)
+        monkeypatch.setattr(torch.xpu, "is_initialized", lambda: sim.initialized)
         monkeypatch.setattr(torch.xpu, "device_count", lambda: sim.devices)
         monkeypatch.setattr(torch.xpu, "current_device", lambda: sim.current)
         monkeypatch.setattr(torch.xpu, "set_device", set_device)

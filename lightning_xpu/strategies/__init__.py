@@ -7,6 +7,7 @@ and broadcast, the process group runs on an XPU backend):
 - collectives.py    barrier with the rank's device; objects over a gloo side group on ccl
 - ddp_module.py     the DDP wrapper built on an XPU stream instead of `torch.cuda.Stream`
 - device_mesh.py    FSDP's tuple `device_mesh` built on "xpu" instead of "cuda"
+- fork_guard.py     `ddp_fork` refused with a clear message once XPU is initialised in the main process
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lightning_xpu.strategies.backend import choose_backend
 from lightning_xpu.strategies.collectives import barrier_with_device, broadcast_objects_safely
 from lightning_xpu.strategies.ddp_module import on_xpu_stream
 from lightning_xpu.strategies.device_mesh import mesh_on_xpu
+from lightning_xpu.strategies.fork_guard import refuse_fork_after_xpu_init
 from lightning_xpu.strategies.process_group import around_process_group_init, device_id_rule
 
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -71,6 +73,11 @@ FABRIC_STRATEGIES = (
 )
 
 
+# The multiprocessing launcher behind ddp_spawn/ddp_fork/ddp_notebook: same place in both packages.
+LAUNCHER_MODULE = "strategies.launchers.multiprocessing"
+LAUNCHER_CLASS = "_MultiProcessingLauncher"
+
+
 def _compose(wrappers: list[Wrapper]) -> Wrapper:
     return lambda original: functools.reduce(lambda function, wrapper: wrapper(function), wrappers, original)
 
@@ -87,6 +94,8 @@ def _optional_module(package: str, relative: str) -> ModuleType | None:
 
 
 def _apply(package: str, patches: tuple[StrategyPatch, ...]) -> None:
+    launcher = getattr(importlib.import_module(f"{package}.{LAUNCHER_MODULE}"), LAUNCHER_CLASS)
+    wrap(launcher, "launch", refuse_fork_after_xpu_init)
     for patch in patches:
         module = _optional_module(package, patch.module)
         cls = getattr(module, patch.cls, None)

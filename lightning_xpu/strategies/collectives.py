@@ -7,7 +7,9 @@ Lightning does for nccl.
 Objects (checkpoint paths, log directories, profiler names) travel through `broadcast_object_list`. With oneCCL's
 "ccl" backend a broadcast of strings was seen to hang (Lightning PR #19443), so on ccl the objects go through a
 gloo group of the same ranks, opened once right after the process group; gloo is always built in and objects are
-small and rare. XCCL serialises objects onto the current XPU like NCCL does on CUDA and keeps the world group.
+small and rare. The side group belongs to the world it was made in: a strategy set up again after the process
+group was destroyed and re-created gets a new one. XCCL serialises objects onto the current XPU like NCCL does on
+CUDA and keeps the world group.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from lightning_xpu.strategies.backend import CCL, XPU_BACKENDS
 
-# The strategy attribute holding the gloo group for objects; present only on XPU with the ccl backend.
+# The strategy attribute holding (world group, gloo group for objects); set only on XPU with the ccl backend.
 OBJECT_GROUP_ATTRIBUTE = "_lightning_xpu_object_group"
 
 
@@ -35,10 +37,20 @@ def xpu_backend_in_use() -> str | None:
     return backend if backend in XPU_BACKENDS else None
 
 
+def _world() -> Any:
+    return torch.distributed.group.WORLD
+
+
+def object_group(strategy: Any) -> Any:
+    """The strategy's gloo group for objects if it has one for the current world, else None."""
+    world, group = getattr(strategy, OBJECT_GROUP_ATTRIBUTE, (None, None))
+    return group if group is not None and world is _world() else None
+
+
 def open_object_group(strategy: Any) -> None:
-    """Give `strategy` its gloo group for objects when the world runs on ccl. Every rank must call it (collective)."""
-    if xpu_backend_in_use() == CCL and getattr(strategy, OBJECT_GROUP_ATTRIBUTE, None) is None:
-        setattr(strategy, OBJECT_GROUP_ATTRIBUTE, torch.distributed.new_group(backend="gloo"))
+    """Give `strategy` a gloo group for objects when the world runs on ccl. Every rank must call it (collective)."""
+    if xpu_backend_in_use() == CCL and object_group(strategy) is None:
+        setattr(strategy, OBJECT_GROUP_ATTRIBUTE, (_world(), torch.distributed.new_group(backend="gloo")))
 
 
 def barrier_with_device(original: Callable[..., None]) -> Callable[..., None]:
@@ -57,8 +69,8 @@ def broadcast_objects_safely(original: Callable[..., Any]) -> Callable[..., Any]
     """Wraps a strategy's `broadcast`."""
 
     def broadcast(self: Any, obj: Any, src: int = 0) -> Any:
-        group = getattr(self, OBJECT_GROUP_ATTRIBUTE, None)
-        if group is None or not _initialized():
+        group = object_group(self) if _initialized() else None
+        if group is None:
             return original(self, obj, src)
         box = [obj]
         torch.distributed.broadcast_object_list(box, src, group=group)

@@ -202,3 +202,69 @@ def test_xccl_broadcasts_objects_on_the_world_group(simulated_xpu, recorded_proc
     strategy.setup_environment()
     assert strategy.broadcast({"log_dir": "logs/version_0"}) == {"log_dir": "logs/version_0"}
     assert pg.new_groups == [] and pg.object_broadcasts[-1].objects == [{"log_dir": "logs/version_0"}]
+
+
+@NAMESPACES
+@SIDES
+def test_the_object_group_follows_the_world(simulated_xpu, recorded_process_group, namespace, side,
+                                            monkeypatch) -> None:
+    pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
+    strategy = xpu_strategy(namespace, side, "DDPStrategy")
+    strategy.setup_environment()
+    strategy.setup_environment()  # set up again in the same world: the group is kept
+    assert len(pg.new_groups) == 1
+    # The process group was destroyed and created again: torch.distributed.group.WORLD is another object.
+    monkeypatch.setattr(torch.distributed.distributed_c10d._world, "default_pg", object())
+    strategy.setup_environment()
+    strategy.broadcast("ckpt")
+    assert len(pg.new_groups) == 2 and pg.object_broadcasts[-1].group is pg.new_groups[1]
+
+
+class LaunchReachedLightning(Exception):
+    """Raised instead of starting processes: the launcher got past every check."""
+
+
+def ddp_fork_launcher(namespace: Any, side: str, accelerator: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    def start_processes(*args: Any, **kwargs: Any) -> None:
+        raise LaunchReachedLightning
+
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", start_processes)
+    monkeypatch.setenv("MASTER_PORT", "29500")  # the launcher writes it
+    if side == "trainer":
+        owner = namespace.pytorch_module("").Trainer(accelerator=accelerator, devices=2, strategy="ddp_fork")
+    else:
+        owner = namespace.fabric_module("").Fabric(accelerator=accelerator, devices=2, strategy="ddp_fork")
+    return owner.strategy.launcher
+
+
+@NAMESPACES
+@SIDES
+def test_ddp_fork_is_refused_once_xpu_is_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
+    simulated_xpu().initialized = True
+    launcher = ddp_fork_launcher(namespace, side, "xpu", monkeypatch)
+    with pytest.raises(RuntimeError, match=r"can't fork processes.*XPU is already initialized.*ddp_spawn"):
+        launcher.launch(print)
+
+
+@NAMESPACES
+@SIDES
+def test_ddp_fork_proceeds_while_xpu_is_not_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
+    simulated_xpu().initialized = False
+    with pytest.raises(LaunchReachedLightning):
+        ddp_fork_launcher(namespace, side, "xpu", monkeypatch).launch(print)
+
+
+@NAMESPACES
+@SIDES
+def test_off_xpu_ddp_fork_is_lightnings_even_with_xpu_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
+    simulated_xpu().initialized = True
+    with pytest.raises(LaunchReachedLightning):
+        ddp_fork_launcher(namespace, side, "cpu", monkeypatch).launch(print)
+
+
+@NAMESPACES
+@SIDES
+def test_unpatched_lightning_forks_after_xpu_initialization(simulated_xpu, namespace, side) -> None:
+    """Lightning's own pre-fork check looks at CUDA only: with XPU initialized (simulated) it lets the fork go."""
+    simulated_xpu().initialized = True
+    strategy_module(namespace, side, "strategies.launchers.multiprocessing")._check_bad_cuda_fork()
