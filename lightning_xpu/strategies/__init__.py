@@ -38,7 +38,7 @@ class StrategyPatch:
     module: str  # relative to the namespace's Trainer or Fabric package
     cls: str
     process_group_init: str  # the method that calls `_init_dist_connection`
-    keeps_device_id: bool
+    keeps_device_id: bool  # on XCCL (see process_group.py)
     ddp_module: tuple[str, str] | None = None  # (method building DDP, method giving its device ids)
     fsdp_kwargs: str | None = None  # attribute holding FSDP arguments, where a tuple `device_mesh` may wait
 

@@ -8,10 +8,11 @@ Around the strategy method that calls `_init_dist_connection` (on XPU only):
   launcher): it cannot find them under Lightning's own launcher or srun. XCCL sets these itself.
 - after: the gloo group for objects on ccl (see collectives.py).
 
-`device_id`: Lightning >= 2.5.5 binds the process group to the root device. Kept for DDP, so barriers and object
-collectives find the device; dropped for the mesh-based strategies (FSDP, ModelParallel), because on XCCL a bound
-group makes DeviceMesh split it and ProcessGroupXCCL cannot split (pytorch#186548); dropped everywhere on PyTorch
-< 2.7, which accepts only CUDA devices there (pytorch#143735).
+`device_id`: Lightning >= 2.5.5 binds the process group to the root device. Kept for DDP on XCCL, so barriers and
+object collectives find the device. Dropped for the mesh-based strategies (FSDP, ModelParallel): on XCCL a bound
+group makes DeviceMesh split it, and ProcessGroupXCCL cannot split (pytorch#186548). Dropped on oneCCL's "ccl":
+its PyTorch (<= 2.7) accepted only CUDA devices there until XCCL arrived (pytorch#143735), and nothing needs the
+binding (barriers pass device ids, objects go over gloo).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from packaging.version import Version
 
 from lightning_xpu.device import is_xpu_device
-from lightning_xpu.strategies.backend import CCL
+from lightning_xpu.strategies.backend import CCL, XCCL
 from lightning_xpu.strategies.collectives import open_object_group
 
 
@@ -51,17 +51,14 @@ def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any
     return setup
 
 
-def torch_binds_xpu_device() -> bool:
-    """PyTorch >= 2.7 accepts `init_process_group(device_id=xpu:N)`; earlier releases reject non-CUDA devices."""
-    return Version(str(torch.__version__)).release[:2] >= (2, 7)
-
-
-def device_id_rule(keep_for_xpu: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Wraps a strategy module's `_init_dist_connection`: drops an XPU `device_id` unless this strategy keeps it."""
+def device_id_rule(keep_on_xccl: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wraps a strategy module's `_init_dist_connection(cluster_environment, backend, ..., device_id=...)`: drops
+    an XPU `device_id` unless this strategy keeps it (DDP) and the backend is XCCL."""
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def _init_dist_connection(*args: Any, **kwargs: Any) -> Any:
-            if is_xpu_device(kwargs.get("device_id")) and not (keep_for_xpu and torch_binds_xpu_device()):
+            backend = args[1] if len(args) > 1 else kwargs.get("torch_distributed_backend")
+            if is_xpu_device(kwargs.get("device_id")) and not (keep_on_xccl and backend == XCCL):
                 kwargs.pop("device_id")
             return original(*args, **kwargs)
 

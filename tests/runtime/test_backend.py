@@ -15,17 +15,11 @@ STRATEGIES = pytest.mark.parametrize("name", ["DDPStrategy", "FSDPStrategy", "Mo
 @NAMESPACES
 @SIDES
 @STRATEGIES
-def test_xccl_when_torch_has_it(simulated_xpu, namespace, side, name) -> None:
-    simulated_xpu(xccl=True, oneccl=True)
-    assert xpu_strategy(namespace, side, name)._get_process_group_backend() == "xccl"
-
-
-@NAMESPACES
-@SIDES
-@STRATEGIES
-def test_ccl_through_the_oneccl_bindings_without_xccl(simulated_xpu, namespace, side, name) -> None:
-    simulated_xpu(xccl=False, oneccl=True)
-    assert xpu_strategy(namespace, side, name)._get_process_group_backend() == "ccl"
+@pytest.mark.parametrize(("xccl", "expected"), [(True, "xccl"), (False, "ccl")], ids=["xccl", "ccl-without-xccl"])
+def test_xccl_where_torch_has_it_else_ccl_through_the_oneccl_bindings(simulated_xpu, namespace, side, name, xccl,
+                                                                       expected) -> None:
+    simulated_xpu(xccl=xccl, oneccl=True)
+    assert xpu_strategy(namespace, side, name)._get_process_group_backend() == expected
 
 
 @NAMESPACES

@@ -139,11 +139,10 @@ def test_ddp_keeps_the_device_id_lightning_binds(simulated_xpu, recorded_process
 
 @NAMESPACES
 @SIDES
-def test_ddp_drops_the_device_id_where_torch_rejects_xpu_there(simulated_xpu, recorded_process_group, namespace,
-                                                               side, monkeypatch) -> None:
-    pg = recorded_process_group(simulated_xpu().events)
-    monkeypatch.setattr(torch, "__version__", "2.6.0+xpu")
+def test_ddp_on_ccl_does_not_bind_the_device(simulated_xpu, recorded_process_group, namespace, side) -> None:
+    pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
     assert "device_id" not in init_kwargs(xpu_strategy(namespace, side, "DDPStrategy"), side, "DDPStrategy", pg)
+    assert pg.backend == "ccl"
 
 
 @NAMESPACES
@@ -248,18 +247,13 @@ def test_ddp_fork_is_refused_once_xpu_is_initialized(simulated_xpu, namespace, s
 
 @NAMESPACES
 @SIDES
-def test_ddp_fork_proceeds_while_xpu_is_not_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
-    simulated_xpu().initialized = False
+@pytest.mark.parametrize(("accelerator", "initialized"), [("xpu", False), ("cpu", True)],
+                         ids=["xpu-not-initialized", "cpu-with-xpu-initialized"])
+def test_ddp_fork_goes_ahead_where_it_is_safe_or_not_ours(simulated_xpu, namespace, side, accelerator, initialized,
+                                                          monkeypatch) -> None:
+    simulated_xpu().initialized = initialized
     with pytest.raises(LaunchReachedLightning):
-        ddp_fork_launcher(namespace, side, "xpu", monkeypatch).launch(print)
-
-
-@NAMESPACES
-@SIDES
-def test_off_xpu_ddp_fork_is_lightnings_even_with_xpu_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
-    simulated_xpu().initialized = True
-    with pytest.raises(LaunchReachedLightning):
-        ddp_fork_launcher(namespace, side, "cpu", monkeypatch).launch(print)
+        ddp_fork_launcher(namespace, side, accelerator, monkeypatch).launch(print)
 
 
 @NAMESPACES
