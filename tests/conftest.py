@@ -145,14 +145,15 @@ class RecordedProcessGroup:
     barriers: list[dict[str, Any]] = field(default_factory=list)
     object_broadcasts: list[SimpleNamespace] = field(default_factory=list)
     meshes: list[SimpleNamespace] = field(default_factory=list)
+    destroyed: list[Any] = field(default_factory=list)
 
 
 @pytest.fixture
 def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., RecordedProcessGroup]:
     """Call it to make `torch.distributed` record calls instead of making them (one process, no peers):
     `pg = recorded_process_group(sim.events)`. Covers init_process_group, is_initialized, get_backend, new_group,
-    barrier, broadcast_object_list and init_device_mesh; restores what a strategy's setup writes globally
-    (MASTER_ADDR/PORT, CCL_*, the rank_zero_only rank)."""
+    barrier, broadcast_object_list, destroy_process_group and init_device_mesh; restores what a strategy's setup
+    writes globally (MASTER_ADDR/PORT, CCL_*, the rank_zero_only rank)."""
     import torch.distributed.device_mesh
     from lightning_utilities.core.rank_zero import rank_zero_only
 
@@ -188,6 +189,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
         monkeypatch.setattr(torch.distributed, "new_group", new_group)
         monkeypatch.setattr(torch.distributed, "barrier", barrier)
         monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast_object_list)
+        monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda group=None: pg.destroyed.append(group))
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
         monkeypatch.setenv("MASTER_PORT", "29500")
         for name in ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE", "CCL_PROCESS_LAUNCHER"):

@@ -8,12 +8,16 @@ Objects (checkpoint paths, log directories, profiler names) travel through `broa
 "ccl" backend a broadcast of strings was seen to hang (Lightning PR #19443), so on ccl the objects go through a
 gloo group of the same ranks, opened once right after the process group; gloo is always built in and objects are
 small and rare. The side group belongs to the world it was made in: a strategy set up again after the process
-group was destroyed and re-created gets a new one. XCCL serialises objects onto the current XPU like NCCL does on
+group was destroyed and re-created gets a new one. It is destroyed at exit: a gloo group still alive when the
+interpreter shuts down can abort the process ("terminate called without an active exception"), which would fail a
+job that trained fine. XCCL serialises objects onto the current XPU like NCCL does on
 CUDA and keeps the world group.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +54,15 @@ def object_group(strategy: Any) -> Any:
 def open_object_group(strategy: Any) -> None:
     """Give `strategy` a gloo group for objects when the world runs on ccl. Every rank must call it (collective)."""
     if xpu_backend_in_use() == CCL and object_group(strategy) is None:
-        setattr(strategy, OBJECT_GROUP_ATTRIBUTE, (_world(), torch.distributed.new_group(backend="gloo")))
+        group = torch.distributed.new_group(backend="gloo")
+        setattr(strategy, OBJECT_GROUP_ATTRIBUTE, (_world(), group))
+        atexit.register(close_object_group, group)
+
+
+def close_object_group(group: Any) -> None:
+    if _initialized():
+        with contextlib.suppress(ValueError, RuntimeError):  # the user destroyed it already
+            torch.distributed.destroy_process_group(group)
 
 
 def barrier_with_device(original: Callable[..., None]) -> Callable[..., None]:

@@ -7,6 +7,7 @@ devices (strategy_harness), so the rank's device is xpu:1 and anything that land
 
 from __future__ import annotations
 
+import atexit
 import os
 from types import SimpleNamespace
 from typing import Any
@@ -181,6 +182,19 @@ def test_objects_travel_over_a_gloo_group_on_ccl(simulated_xpu, recorded_process
     assert names.index("init_process_group") < names.index("new_group")
     sent = pg.object_broadcasts[-1]
     assert sent.objects == ["checkpoints/epoch=0.ckpt"] and sent.src == 0 and sent.group is pg.new_groups[0]
+
+
+@NAMESPACES
+@SIDES
+def test_the_object_group_is_destroyed_at_exit(simulated_xpu, recorded_process_group, namespace, side,
+                                               monkeypatch) -> None:
+    at_exit: list[tuple[Any, tuple[Any, ...]]] = []
+    monkeypatch.setattr(atexit, "register", lambda function, *args: at_exit.append((function, args)))
+    pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
+    xpu_strategy(namespace, side, "DDPStrategy").setup_environment()
+    for function, args in at_exit:
+        function(*args)
+    assert pg.destroyed == [pg.new_groups[0]]
 
 
 @NAMESPACES

@@ -96,6 +96,8 @@ from_0 = strategy.broadcast({"best_model_path": "checkpoints/rank-%d.ckpt" % ran
 from_1 = strategy.broadcast("logs/version_%d" % rank, src=1)
 with open(out, "w") as handle:
     json.dump({"world_backend": dist.get_backend(), "from_0": from_0, "from_1": from_1, "used": used}, handle)
+# Leave together, then tear every group down: a gloo peer exiting mid-teardown can abort the other process.
+dist.barrier()
 dist.destroy_process_group()
 """
 
