@@ -14,6 +14,7 @@ from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces
 FABRIC_PATCHES: tuple[str, ...] = (
     "lightning_xpu.registration",
     "lightning_xpu.connector",
+    "lightning_xpu.strategies",
     "lightning_xpu.environments.selection",
     "lightning_xpu.throughput",
     "lightning_xpu.rng",
@@ -24,6 +25,7 @@ FABRIC_PATCHES: tuple[str, ...] = (
 PYTORCH_PATCHES: tuple[str, ...] = (
     "lightning_xpu.registration",
     "lightning_xpu.connector",
+    "lightning_xpu.strategies",
     "lightning_xpu.environments.selection",
     "lightning_xpu.trainer",
     "lightning_xpu.profiler",

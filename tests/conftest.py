@@ -8,6 +8,7 @@ grid's subprocesses call directly) is the one simulation of NVIDIA GPUs, for tes
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
@@ -30,6 +31,36 @@ def require_service(name: str, available: bool, why: str) -> None:
     pytest.skip(message)
 
 
+ONECCL_MODULE = "oneccl_bindings_for_pytorch"
+
+
+class StandInXPUStream:
+    """Stand-in for `torch.xpu.Stream`, whose CPU-build class refuses to be instantiated."""
+
+    def __init__(self, device: Any = None, priority: int = 0) -> None:
+        self.device = device
+
+
+def stand_in_oneccl_module() -> ModuleType:
+    """Stand-in for Intel's `oneccl_bindings_for_pytorch` (importing it is all the runtime asks of the real one)."""
+    module = ModuleType(ONECCL_MODULE, "STAND-IN for Intel's oneCCL bindings; tests only, no oneCCL inside.")
+    module.STAND_IN = True  # type: ignore[attr-defined]
+    return module
+
+
+def register_stand_in_ccl_backend() -> None:
+    """For real multi-process runs on CPU: a process-group backend named "ccl" that is gloo underneath, so code
+    that looks for the ccl backend runs across real processes. It is not oneCCL; it proves nothing about oneCCL."""
+    import torch.distributed as dist
+
+    def gloo_named_ccl(store: Any, rank: int, size: int, timeout: Any) -> Any:
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    if "ccl" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("ccl", gloo_named_ccl, devices=["cpu"])
+    sys.modules.setdefault(ONECCL_MODULE, stand_in_oneccl_module())
+
+
 @dataclass
 class SimulatedXPU:
     """What the simulation reports and what the code under test asked of it."""
@@ -40,12 +71,16 @@ class SimulatedXPU:
     # What get_device_name/get_device_properties report: by default one stack of a Max 1550 (FLAT mode: 512 EUs).
     name: str = "Simulated Intel(R) Data Center GPU Max 1550"
     eu_count: int | None = 512
+    oneccl: bool = False
+    initialized: bool = False  # whether the XPU runtime has started in this process (torch.xpu.is_initialized)
     current: int = 0
     # One CPU generator per simulated device stands in for its XPU generator (get/set_rng_state_all use them).
     generators: list[torch.Generator] = field(default_factory=list)
     set_device_calls: list[Any] = field(default_factory=list)
     synchronize_calls: int = 0
     empty_cache_calls: int = 0
+    # Ordered log shared with `recorded_process_group`, for "X happened before Y" assertions.
+    events: list[tuple[str, Any]] = field(default_factory=list)
 
     def memory_stats(self, device: Any = None) -> dict[str, int]:
         return {"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2048}
@@ -55,23 +90,28 @@ class SimulatedXPU:
 def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SimulatedXPU]]:
     """Call it to make this process look like it has Intel GPUs: `sim = simulated_xpu(devices=4, xccl=False)`.
 
-    Patches only device *queries* (availability, count, current/set device, name and properties, memory stats,
-    cache, synchronize, XCCL availability, RNG states, profiler support); tensors still cannot be moved to "xpu" on
-    the CPU build.
+    Patches only device *queries* (availability, runtime started, count, current/set device, name and properties,
+    memory stats, cache, synchronize, XCCL availability, RNG states, profiler support) and streams (stand-in
+    `torch.xpu.Stream`/`torch.xpu.stream`, entries logged in `sim.events`); tensors still cannot be moved to "xpu"
+    on the CPU build. `oneccl=True` makes `import oneccl_bindings_for_pytorch` give a stand-in module;
+    `oneccl=False` makes that import fail.
     """
 
     def simulate(
         devices: int = 2,
         xccl: bool = True,
         fp64: bool = True,
+        oneccl: bool = False,
         name: str = SimulatedXPU.name,
         eu_count: int | None = SimulatedXPU.eu_count,
     ) -> SimulatedXPU:
-        sim = SimulatedXPU(devices=devices, xccl=xccl, fp64=fp64, name=name, eu_count=eu_count)
+        sim = SimulatedXPU(devices=devices, xccl=xccl, fp64=fp64, oneccl=oneccl, name=name, eu_count=eu_count)
         sim.generators = [torch.Generator().manual_seed(1000 + index) for index in range(devices)]
 
         def set_device(device: Any) -> None:
             sim.set_device_calls.append(device)
+            sim.events.append(("set_device", device))
+            sim.initialized = True  # as the real call starts the XPU runtime
             sim.current = torch.device(device).index if not isinstance(device, int) else device
 
         def synchronize(device: Any = None) -> None:
@@ -90,6 +130,7 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
                 generator.set_state(state)
 
         monkeypatch.setattr(torch.xpu, "is_available", lambda: sim.devices > 0)
+        monkeypatch.setattr(torch.xpu, "is_initialized", lambda: sim.initialized)
         monkeypatch.setattr(torch.xpu, "device_count", lambda: sim.devices)
         monkeypatch.setattr(torch.xpu, "current_device", lambda: sim.current)
         monkeypatch.setattr(torch.xpu, "set_device", set_device)
@@ -104,6 +145,16 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
         # An XPU build with the Kineto/PTI tracer can profile XPU activity.
         supported = [*torch.profiler.supported_activities(), torch.profiler.ProfilerActivity.XPU]
         monkeypatch.setattr(torch.profiler, "supported_activities", lambda: set(supported))
+
+        @contextlib.contextmanager
+        def stream(xpu_stream: Any) -> Iterator[None]:
+            sim.events.append(("enter_stream", xpu_stream))
+            yield
+            sim.events.append(("exit_stream", xpu_stream))
+
+        monkeypatch.setattr(torch.xpu, "Stream", StandInXPUStream)
+        monkeypatch.setattr(torch.xpu, "stream", stream)
+        monkeypatch.setitem(sys.modules, ONECCL_MODULE, stand_in_oneccl_module() if oneccl else None)
         return sim
 
     yield simulate
@@ -171,3 +222,68 @@ def simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
         simulate_cuda(monkeypatch.setattr, devices)
 
     return simulate
+
+
+class RecordedProcessGroup:
+    """What the code under test asked of `torch.distributed` (see `recorded_process_group`)."""
+
+    events: list[tuple[str, Any]]
+    backend: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    new_groups: list[SimpleNamespace] = field(default_factory=list)
+    barriers: list[dict[str, Any]] = field(default_factory=list)
+    object_broadcasts: list[SimpleNamespace] = field(default_factory=list)
+    meshes: list[SimpleNamespace] = field(default_factory=list)
+    destroyed: list[Any] = field(default_factory=list)
+
+
+@pytest.fixture
+def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., RecordedProcessGroup]:
+    """Call it to make `torch.distributed` record calls instead of making them (one process, no peers):
+    `pg = recorded_process_group(sim.events)`. Covers init_process_group, is_initialized, get_backend, new_group,
+    barrier, broadcast_object_list, destroy_process_group and init_device_mesh; restores what a strategy's setup
+    writes globally (MASTER_ADDR/PORT, CCL_*, the rank_zero_only rank)."""
+    import torch.distributed.device_mesh
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    def record(events: list[tuple[str, Any]] | None = None) -> RecordedProcessGroup:
+        pg = RecordedProcessGroup(events=[] if events is None else events)
+
+        def init_process_group(backend: str | None = None, **kwargs: Any) -> None:
+            pg.backend = backend
+            pg.init_kwargs = kwargs
+            pg.events.append(("init_process_group", backend))
+
+        def new_group(*args: Any, **kwargs: Any) -> SimpleNamespace:
+            group = SimpleNamespace(name=f"recorded-group-{len(pg.new_groups)}", kwargs=kwargs)
+            pg.new_groups.append(group)
+            pg.events.append(("new_group", kwargs.get("backend")))
+            return group
+
+        def barrier(group: Any = None, async_op: bool = False, device_ids: list[int] | None = None) -> None:
+            pg.barriers.append({"group": group, "device_ids": device_ids})
+
+        def broadcast_object_list(objects: list[Any], src: int = 0, group: Any = None, device: Any = None) -> None:
+            pg.object_broadcasts.append(SimpleNamespace(objects=list(objects), src=src, group=group))
+
+        def init_device_mesh(device_type: str, mesh_shape: tuple[int, ...], **kwargs: Any) -> SimpleNamespace:
+            mesh = SimpleNamespace(device_type=device_type, mesh_shape=tuple(mesh_shape), kwargs=kwargs)
+            pg.meshes.append(mesh)
+            return mesh
+
+        monkeypatch.setattr(torch.distributed.device_mesh, "init_device_mesh", init_device_mesh)
+        monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+        monkeypatch.setattr(torch.distributed, "is_initialized", lambda: pg.backend is not None)
+        monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: pg.backend)
+        monkeypatch.setattr(torch.distributed, "new_group", new_group)
+        monkeypatch.setattr(torch.distributed, "barrier", barrier)
+        monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast_object_list)
+        monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda group=None: pg.destroyed.append(group))
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29500")
+        for name in ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE", "CCL_PROCESS_LAUNCHER"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0), raising=False)
+        return pg
+
+    return record

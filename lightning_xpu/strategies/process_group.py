@@ -1,0 +1,67 @@
+"""Creating each rank's process group on Intel GPUs.
+
+Around the strategy method that calls `_init_dist_connection` (on XPU only):
+- before: the rank's own XPU becomes the current device. The accelerator normally did this already; a collective
+  issued on the wrong device runs on xpu:0 and can hang, so the order must not depend on which accelerator object
+  the strategy holds. With the ccl backend, oneCCL is also told the rank's place on its node
+  (`CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE`, read when `CCL_PROCESS_LAUNCHER=none`, which is set unless the user chose a
+  launcher): it cannot find them under Lightning's own launcher or srun. XCCL sets these itself.
+- after: the gloo group for objects on ccl (see collectives.py).
+
+`device_id`: Lightning >= 2.5.5 binds the process group to the root device. Kept for DDP on XCCL, so barriers and
+object collectives find the device. Dropped for the mesh-based strategies (FSDP, ModelParallel): on XCCL a bound
+group makes DeviceMesh split it, and ProcessGroupXCCL cannot split (pytorch#186548). Dropped on oneCCL's "ccl":
+its PyTorch (<= 2.7) accepted only CUDA devices there until XCCL arrived (pytorch#143735), and nothing needs the
+binding (barriers pass device ids, objects go over gloo).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lightning_xpu.device import is_xpu_device
+from lightning_xpu.strategies.backend import CCL, XCCL
+from lightning_xpu.strategies.collectives import open_object_group
+
+
+def set_oneccl_local_rank(local_rank: int, local_size: int) -> None:
+    os.environ["CCL_LOCAL_RANK"] = str(local_rank)
+    os.environ["CCL_LOCAL_SIZE"] = str(local_size)
+    os.environ.setdefault("CCL_PROCESS_LAUNCHER", "none")
+
+
+def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps the strategy method that creates the process group."""
+
+    def setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_xpu_device(self.root_device):
+            return original(self, *args, **kwargs)
+        backend = self._get_process_group_backend()  # raises the clear error before anything else happens
+        torch.xpu.set_device(self.root_device)
+        if backend == CCL:
+            set_oneccl_local_rank(self.local_rank, self.num_processes)
+        result = original(self, *args, **kwargs)
+        open_object_group(self)
+        return result
+
+    return setup
+
+
+def device_id_rule(keep_on_xccl: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wraps a strategy module's `_init_dist_connection(cluster_environment, backend, ..., device_id=...)`: drops
+    an XPU `device_id` unless this strategy keeps it (DDP) and the backend is XCCL."""
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def _init_dist_connection(*args: Any, **kwargs: Any) -> Any:
+            backend = args[1] if len(args) > 1 else kwargs.get("torch_distributed_backend")
+            if is_xpu_device(kwargs.get("device_id")) and not (keep_on_xccl and backend == XCCL):
+                kwargs.pop("device_id")
+            return original(*args, **kwargs)
+
+        return _init_dist_connection
+
+    return make
