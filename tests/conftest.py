@@ -224,6 +224,7 @@ def simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     return simulate
 
 
+@dataclass
 class RecordedProcessGroup:
     """What the code under test asked of `torch.distributed` (see `recorded_process_group`)."""
 
