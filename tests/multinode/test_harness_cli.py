@@ -1,0 +1,71 @@
+"""The harness scripts' command line: help, and one-line errors naming the fix for bad input.
+
+These need no cluster and no root: settings are checked before anything else, so a bad setting never
+touches a running cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "ci" / "multinode"
+SCRIPTS = ("up.sh", "down.sh", "status.sh", "client.sh")
+
+
+def run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(HARNESS / script), *args], capture_output=True, text=True, timeout=30,
+        env={**os.environ, **env}, check=False,
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_describes_the_script(script: str) -> None:
+    result = run(script, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Usage: bash ci/multinode/{script}")
+
+
+@pytest.mark.parametrize("script", ("up.sh", "down.sh", "status.sh"))
+def test_unknown_argument_is_refused(script: str) -> None:
+    result = run(script, "--bogus")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"[{script}] error: unknown argument '--bogus': see bash ci/multinode/{script} --help"
+    )
+
+
+@pytest.mark.parametrize("script", SCRIPTS[:3])
+@pytest.mark.parametrize(
+    ("subnet", "complaint"),
+    [
+        ("8.8.8", "is not the first three octets of a private /24"),
+        ("10.251", "is not the first three octets of a private /24"),
+        ("10.251.77.0", "is not the first three octets of a private /24"),
+        ("10.300.77", "has an octet above 255"),
+    ],
+)
+def test_a_subnet_that_is_not_a_private_slash_24_is_refused(script: str, subnet: str, complaint: str) -> None:
+    result = run(script, LXPU_MULTINODE_SUBNET=subnet)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and complaint in lines[0] and "use e.g. 10.251.77" in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS[:3])
+@pytest.mark.parametrize(("directory", "complaint"), [("/tmp/with space", "whitespace"), ("relative", "not absolute")])
+def test_a_state_directory_slurm_cannot_use_is_refused(script: str, directory: str, complaint: str) -> None:
+    result = run(script, LXPU_MULTINODE_DIR=directory)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and complaint in lines[0] and "LXPU_MULTINODE_DIR" in lines[0], result.stderr
+
+
+def test_client_without_a_command_says_how_to_use_it() -> None:
+    result = run("client.sh")
+    assert result.returncode == 1
+    assert "no command given" in result.stderr
