@@ -16,7 +16,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 MN_DIR="${LXPU_MULTINODE_DIR:-${TMPDIR:-/tmp}/lxpu-multinode}"
 # First three octets of the private /24 on the links the harness creates.
 MN_SUBNET="${LXPU_MULTINODE_SUBNET:-10.251.77}"
-MN_NS_PREFIX=lxpu-mn-
+# Names of the namespaces: <prefix>ctl, <prefix>node1, <prefix>node2 (another prefix, subnet and state
+# directory give a second, independent cluster).
+MN_NS_PREFIX="${LXPU_MULTINODE_PREFIX:-lxpu-mn-}"
 MN_HOSTS=(ctl node1 node2)
 MN_NODES=(node1 node2)
 MN_CONF="$MN_DIR/slurm.conf"
@@ -25,6 +27,8 @@ mn_check_settings() {
     [[ "$MN_DIR" != *[[:space:]]* ]] \
         || ci_die "LXPU_MULTINODE_DIR='$MN_DIR' contains whitespace, which slurm.conf cannot hold: pick a path without"
     [[ "$MN_DIR" == /* ]] || ci_die "LXPU_MULTINODE_DIR='$MN_DIR' is not absolute: give an absolute path"
+    [[ "$MN_NS_PREFIX" =~ ^[a-z][a-z0-9-]{0,30}$ ]] \
+        || ci_die "LXPU_MULTINODE_PREFIX='$MN_NS_PREFIX' is not a short lower-case name: use e.g. lxpu-mn-"
     local octet
     [[ "$MN_SUBNET" =~ ^(10\.[0-9]+|172\.(1[6-9]|2[0-9]|3[01])|192\.168)\.[0-9]+$ ]] \
         || ci_die "LXPU_MULTINODE_SUBNET='$MN_SUBNET' is not the first three octets of a private /24: use e.g. 10.251.77"

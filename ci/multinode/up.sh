@@ -25,6 +25,7 @@ Needs root, iproute2, util-linux (nsenter, unshare), Slurm and a working munged
 Environment:
   LXPU_MULTINODE_DIR     state, configuration and logs (default \${TMPDIR:-/tmp}/lxpu-multinode; no whitespace)
   LXPU_MULTINODE_SUBNET  first three octets of the private /24 used on the cluster links (default 10.251.77)
+  LXPU_MULTINODE_PREFIX  prefix of the namespace names (default lxpu-mn-)
 USAGE
 }
 

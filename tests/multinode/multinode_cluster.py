@@ -30,7 +30,7 @@ TERMINAL_STATES = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
     "DEADLINE",
 }
-JOB_WAIT_S = 200
+JOB_WAIT_S = 240
 
 
 def _harness(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -95,7 +95,7 @@ class JobResult:
         return f"job {self.job_id}: {self.state} exit {self.exit_code}; output tail:\n{tail}"
 
 
-def _require_cluster_tools() -> None:
+def require_cluster_tools() -> None:
     missing = [tool for tool in ("ip", "nsenter", "unshare", "slurmctld", "slurmd", "sbatch", "munge")
                if shutil.which(tool) is None]
     require_service("multinode", not missing, f"missing {', '.join(missing)}: run bash ci/services/install.sh")
@@ -107,7 +107,7 @@ def _require_cluster_tools() -> None:
 @contextmanager
 def running_cluster() -> Iterator[Cluster]:
     """ci/multinode/up.sh, then always down.sh, and a check that nothing of the cluster is left."""
-    _require_cluster_tools()
+    require_cluster_tools()
     up = _harness("up.sh")
     status = json.loads(_harness("status.sh", "--json").stdout)
     namespaces = [info["namespace"] for info in status["hosts"].values()]
@@ -135,7 +135,7 @@ def submit_and_wait(cluster: Cluster, script: Path, *sbatch_args: str) -> JobRes
     """
     output = script.with_suffix(".out")
     submitted = cluster.client(
-        "sbatch", "--parsable", f"--chdir={script.parent}", f"--output={output}", "--time=3", *sbatch_args,
+        "sbatch", "--parsable", f"--chdir={script.parent}", f"--output={output}", "--time=4", *sbatch_args,
         str(script),
     )
     assert submitted.returncode == 0, f"sbatch failed: {submitted.stderr.strip()}"

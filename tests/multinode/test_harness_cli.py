@@ -1,16 +1,19 @@
-"""The harness scripts' command line: help, and one-line errors naming the fix for bad input.
+"""The harness scripts' command line: help, one-line errors naming the fix for bad input, teardown on a failed start.
 
-These need no cluster and no root: settings are checked before anything else, so a bad setting never
+All but the last need no cluster and no root: settings are checked before anything else, so a bad setting never
 touches a running cluster.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+from multinode_cluster import require_cluster_tools
 
 HARNESS = Path(__file__).resolve().parents[2] / "ci" / "multinode"
 SCRIPTS = ("up.sh", "down.sh", "status.sh", "client.sh")
@@ -65,7 +68,55 @@ def test_a_state_directory_slurm_cannot_use_is_refused(script: str, directory: s
     assert len(lines) == 1 and complaint in lines[0] and "LXPU_MULTINODE_DIR" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("script", SCRIPTS[:3])
+@pytest.mark.parametrize("prefix", ["Upper-", "-dash", "a/b", "x" * 40])
+def test_a_namespace_prefix_that_is_not_a_short_name_is_refused(script: str, prefix: str) -> None:
+    result = run(script, LXPU_MULTINODE_PREFIX=prefix)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "LXPU_MULTINODE_PREFIX" in lines[0] and "use e.g. lxpu-mn-" in lines[0], result.stderr
+
+
 def test_client_without_a_command_says_how_to_use_it() -> None:
     result = run("client.sh")
     assert result.returncode == 1
     assert "no command given" in result.stderr
+
+
+@pytest.mark.multinode
+def test_a_failed_start_tears_down_what_it_started(tmp_path: Path) -> None:
+    """slurmctld starts, then slurmd fails: up.sh must remove the namespaces and stop the controller.
+
+    A second cluster (own prefix, subnet and state directory) so that the session's cluster is not touched.
+    """
+    require_cluster_tools()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "slurmd").write_text("#!/bin/sh\necho 'fake slurmd: refusing to start' >&2\nexit 1\n")
+    (fake / "slurmd").chmod(0o755)
+    state = Path(tempfile.mkdtemp(prefix="lxpu-mn-failed-start-"))  # Slurm needs a path without whitespace
+    prefix = "lxpu-mnfail-"
+    try:
+        result = run(
+            "up.sh", PATH=f"{fake}:{os.environ['PATH']}", LXPU_MULTINODE_PREFIX=prefix,
+            LXPU_MULTINODE_SUBNET="10.251.78", LXPU_MULTINODE_DIR=str(state / "cluster"),
+        )
+    finally:
+        run("down.sh", LXPU_MULTINODE_PREFIX=prefix, LXPU_MULTINODE_SUBNET="10.251.78",
+            LXPU_MULTINODE_DIR=str(state / "cluster"))
+        shutil.rmtree(state, ignore_errors=True)
+    assert result.returncode == 1
+    assert "[up.sh] start failed: tearing down" in result.stderr
+    assert "[up.sh] error: slurmd node1 failed to start" in result.stderr
+    assert "fake slurmd: refusing to start" in result.stderr  # the log tail shows the cause
+    assert not list(Path("/run/netns").glob(f"{prefix}*"))
+    conf = str(state / "cluster" / "slurm.conf")
+    survivors = [p.name for p in Path("/proc").glob("[0-9]*") if conf in _cmdline(p)]
+    assert survivors == [], f"processes still using {conf}"
+
+
+def _cmdline(process: Path) -> str:
+    try:
+        return (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""
