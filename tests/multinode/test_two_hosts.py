@@ -114,8 +114,9 @@ def test_ddp_launched_by_srun(cluster: Cluster, rank_environment: RankEnvironmen
 
 @pytest.mark.mpi
 def test_ddp_launched_by_mpich_mpiexec(cluster: Cluster, rank_environment: RankEnvironment, tmp_path: Path) -> None:
-    mpiexec = shutil.which("mpiexec.mpich")
-    require_service("mpi", mpiexec is not None, "no mpiexec.mpich: run bash ci/services/install.sh")
+    mpiexec = os.environ.get("LXPU_MPICH_MPIEXEC") or shutil.which("mpiexec.mpich")
+    require_service("mpi", mpiexec is not None and os.path.isfile(mpiexec),
+                    f"no MPICH launcher ({mpiexec or 'mpiexec.mpich not on PATH'}): run bash ci/services/install.sh")
     launcher = [str(mpiexec), "-n", str(2 * RANKS_PER_HOST), "-ppn", str(RANKS_PER_HOST)]
     assert run_ddp(cluster, tmp_path, rank_environment, launcher) == []
 
