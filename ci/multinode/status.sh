@@ -17,7 +17,7 @@ USAGE
 }
 
 human() {
-    local host
+    local host states
     for host in "${MN_HOSTS[@]}"; do
         if mn_ns_exists "$host"; then
             printf '%-6s %-15s namespace %s, %s process(es)\n' "$host" "$(mn_addr "$host")" "$(mn_ns "$host")" \
@@ -26,7 +26,8 @@ human() {
             printf '%-6s %-15s no namespace\n' "$host" "$(mn_addr "$host")"
         fi
     done
-    printf 'slurmctld sees: %s\n' "$(mn_node_states | tr '\n' ' ' | sed 's/ $//;s/^$/nothing (controller down)/')"
+    states="$(mn_node_states | tr '\n' ' ')"
+    printf 'slurmctld sees: %s\n' "${states:-nothing (controller down)}"
 }
 
 json() {
