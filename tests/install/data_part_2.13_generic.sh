@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034,SC2016  # data read by the engine; literal $HOME and ${VAR:-...} on purpose
 # TEST HARNESS data part (hand-written stand-in for the recipes renderer's output, version 2.13, site
 # generic): exactly the contract's variables and functions. Used only while recipes/render.py cannot render
 # the real install job; see tests/install/harness.py.
