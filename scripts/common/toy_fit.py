@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     pl = import_lightning(args.namespace)
     import torch
 
-    pl.seed_everything(args.seed, workers=True, verbose=False)
+    pl.seed_everything(args.seed, workers=True)  # no verbose=: Lightning 2.2-2.3 lack it
     model, loader = build(pl, args.samples, args.batch_size)
     initial_sha = weights_sha256(model)
     args.out.mkdir(parents=True, exist_ok=True)
