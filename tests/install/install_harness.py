@@ -54,7 +54,8 @@ prepend_path("PATH", pathJoin(root, "bin"))
 setenv("VIRTUAL_ENV", root)
 setenv("LIGHTNING_XPU_ROOT", root)
 setenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME"), ".local", "lightning-xpu", tag))
-source_sh("bash", pathJoin(root, "lightning-xpu-site.sh"))
+-- source_sh hands bash a command string: quote the path (prefixes may contain spaces).
+source_sh("bash", "'" .. pathJoin(root, "lightning-xpu-site.sh") .. "'")
 """
 
 
