@@ -16,9 +16,7 @@ from install_harness import GoodInstall
 
 @pytest.fixture(scope="session")
 def install_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    job, how = h.build_install_job(tmp_path_factory.mktemp("job"))
-    print(f"install job: {job} ({how})")
-    return job
+    return h.build_install_job(tmp_path_factory.mktemp("job"))
 
 
 @pytest.fixture(scope="session")

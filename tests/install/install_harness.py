@@ -1,8 +1,7 @@
 """Helpers for the install tests: build the install job, a repository copy, run jobs, load installs.
 
-The install job is the real one when the recipes renderer can produce it (``recipes/render.py render``), else
-the committed ``scripts/generic/install_lightning_2.13.sh``, else a TEST HARNESS stand-in: the hand-written
-data part ``data_part_2.13_generic.sh`` + the engine, assembled exactly as the contract describes.
+The install job is the real one, freshly rendered by ``recipes/render.py render`` for 2.13/generic (so it
+carries the engine of this checkout, whatever the committed renders say).
 """
 
 from __future__ import annotations
@@ -23,39 +22,19 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 VERSION = "2.13"
 SITE = "generic"
 TAG = "2.13-cpu"
-ENGINE = REPO / "recipes" / "templates" / "install" / "engine.sh"
-COMMITTED_JOB = REPO / "scripts" / SITE / f"install_lightning_{VERSION}.sh"
 LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 # The machine's own pip configuration finds the local torch; never isolate pip from it.
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
 STEP_TOTAL = 10
 STEP_MARKERS = {
-    "create": f"[3/{STEP_TOTAL}] create the",
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
     "smoke": f"[8/{STEP_TOTAL}] run the smoke job ...",
 }
-
-STANDIN_MODULEFILE = """\
--- TEST HARNESS stand-in for modulefiles/lightning-xpu/{tag}.lua, used only while the recipes renderer has
--- not produced the real one. Relocatable like the real one: <prefix>/modulefiles/lightning-xpu/<tag>.lua.
-local tag = "{tag}"
-local prefix = (myFileName():gsub("/modulefiles/lightning%-xpu/[^/]+%.lua$", ""))
-local root = pathJoin(prefix, tag)
-family("lightning-xpu")
-whatis("lightning-xpu " .. tag .. " (test harness stand-in)")
-help("lightning-xpu " .. tag .. " (test harness stand-in)")
-prepend_path("PATH", pathJoin(root, "bin"))
-setenv("VIRTUAL_ENV", root)
-setenv("LIGHTNING_XPU_ROOT", root)
-setenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME"), ".local", "lightning-xpu", tag))
-source_sh("bash", pathJoin(root, "lightning-xpu-site.sh"))
-"""
 
 
 def require(available: bool, what: str) -> None:
@@ -104,38 +83,24 @@ def closed_port() -> int:
 # ---- the install job and the repository ----
 
 
-def build_install_job(dest: Path) -> tuple[Path, str]:
-    """Write the install job for 2.13/generic into dest; returns (path, how it was made)."""
-    dest.mkdir(parents=True, exist_ok=True)
+def build_install_job(dest: Path) -> Path:
+    """Render the install job for 2.13/generic into dest."""
     renderer = REPO / "recipes" / "render.py"
-    if renderer.is_file():
-        out = dest / "render"
-        subprocess.run(
-            [sys.executable, str(renderer), "render", "--torch", VERSION, "--site", SITE, "--out", str(out)],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        (job,) = out.rglob(f"install_lightning_{VERSION}.sh")
-        return job, "rendered by recipes/render.py"
-    if COMMITTED_JOB.is_file():
-        return COMMITTED_JOB, "committed render"
-    job = dest / f"install_lightning_{VERSION}.sh"
-    job.write_text(
-        "#!/usr/bin/env bash\n"
-        "# TEST HARNESS install job: hand-written data part + the engine (until the renderer exists)\n"
-        "set -euo pipefail\n"
-        + (HERE / "data_part_2.13_generic.sh").read_text()
-        + "# ---- engine ----\n"
-        + ENGINE.read_text()
-        + 'lxpu_main "$@"\n'
+    if not renderer.is_file():
+        pytest.fail("recipes/render.py is missing: the install tests render the real install job with it")
+    out = dest / "render"
+    subprocess.run(
+        [sys.executable, str(renderer), "render", "--torch", VERSION, "--site", SITE, "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
     )
-    return job, "test harness (hand-written data part + engine)"
+    (job,) = out.rglob(f"install_lightning_{VERSION}.sh")
+    return job
 
 
 def make_source(dest: Path) -> Path:
-    """A git-committed copy of what the install job reads from the repository (stand-in modulefile if the
-    real one is not rendered yet)."""
+    """A git-committed copy of what the install job reads from the repository."""
     if not (REPO / "lightning_xpu" / "__init__.py").is_file():
         pytest.fail("lightning_xpu/ is missing from the repository: the install job installs it from there")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
@@ -146,10 +111,8 @@ def make_source(dest: Path) -> Path:
     for name in ("lightning_xpu", "scripts/common", "modulefiles", "recipes/locks"):
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, dest / name, ignore=ignore)
-    modulefile = dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua"
-    if not modulefile.is_file():
-        modulefile.parent.mkdir(parents=True, exist_ok=True)
-        modulefile.write_text(STANDIN_MODULEFILE.format(tag=TAG))
+    if not (dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua").is_file():
+        pytest.fail(f"modulefiles/lightning-xpu/{TAG}.lua is missing: python recipes/render.py render --all")
     (dest / "scripts" / SITE).mkdir(parents=True, exist_ok=True)
     git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@localhost"]
     subprocess.run([*git, "init", "-q"], check=True)

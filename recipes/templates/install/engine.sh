@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.
