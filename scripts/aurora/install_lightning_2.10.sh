@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=68da42bcc195efeb64cf5eba0f364000c40d5e21e6f2c67da3af90406a5bef77
+LXPU_RECIPE_HASH=226b3b2fac99dc796fba63a3a0aeec373353ba76f3ddfb1cc4876af70e36ffc5
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -445,6 +445,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=b96dad196b525776d7305fa7e2eed0e4044c3af4f6aa7a877d67eef029410f2a
+LXPU_RECIPE_HASH=9544de950a7779537d6ef1166039b5977ee16bdda66437efa75c578d83acbd82
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -445,6 +445,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=3b2160848dfe74742509bf7739400e15732ccb3c391ec994a991862097a04abc
+LXPU_RECIPE_HASH=c23f5455240549346ce1d5bb00884e45230c38600ecc24f3fa1d1ebe609e49bc
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -441,6 +441,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=1970f77a369c747366c54e5305a2875547e114ce04bad2fe0811386691f28253
+LXPU_RECIPE_HASH=5964d3815582f3d38d407048193a93b65434c6d2c205c2284b0c1548f555130e
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -442,6 +442,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=ee8076a173796d4dc490f3c941176cb01bd5a9b148a831cfa50132ce5948e0f3
+LXPU_RECIPE_HASH=84a8c4bd3a6a3c4974390dfa557f1e905f0f4bce5a59797b295e19f4415f8494
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -441,6 +441,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

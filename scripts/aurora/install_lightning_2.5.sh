@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=d55d1eecb0f04a20e25303b0a092b9c493e3f87eee073910f70e2632560f58fe
+LXPU_RECIPE_HASH=3c02d9180f59aec2061d6172f5be386f19b8c726a8012222951c4f0bc3a4f7dc
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -449,6 +449,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

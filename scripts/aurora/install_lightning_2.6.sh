@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=3876c864ab6c19be11db066496bc7aac3b908fca01c38dde9a451d3625e447db
+LXPU_RECIPE_HASH=0b0652525b2814b4203145135f8b9c5811990125bb1373c445126b2130341500
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -451,6 +451,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=db05a4a0f89631e0a61bf92636c3bee207cb636a9c3a0ac476ec3f18ce36ad13
+LXPU_RECIPE_HASH=d3e9332125b8fdaa997efd3ac75fe967cfcda5d4b7066058f0ad4bb14108ca44
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -451,6 +451,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

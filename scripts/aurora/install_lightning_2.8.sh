@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=a8a79dc93edbc2260f575f7c31f63da7dcdf112fbb99f27adead1b76deb0dc49
+LXPU_RECIPE_HASH=9458e96a2e9fd0641478fbfd43373330297162a3e9584775417c6d64808b32bd
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -445,6 +445,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

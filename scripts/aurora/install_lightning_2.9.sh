@@ -27,7 +27,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=9426a38b11d2800087d38c04288ea13e953418dcd9595df7f6f7365f1cefd94f
+LXPU_RECIPE_HASH=1f3165e3de116c763d15ecd788bbc586f32d2e5d2545237f2516e2ddc2c1186c
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -445,6 +445,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

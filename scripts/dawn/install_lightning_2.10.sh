@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=ea8cdf830a2c47c5d9a7a2416750e4fb17f1bc6f1a5310d24a457a401438be44
+LXPU_RECIPE_HASH=1f2fecfe357e91d6512d0f07c42769fdf44ec2b75c501cbb1de2452d49cad81b
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -446,6 +446,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=1abb5b7da19b5e775e86cf25d6016ba362cfd965aed0ffa5579acc0405571f0c
+LXPU_RECIPE_HASH=4305083c6b433ecea14218603231d65edbef857387440a3721db6303eecccc13
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -446,6 +446,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

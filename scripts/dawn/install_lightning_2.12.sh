@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=34eec9eb1de836d56bec55b38a486a4e245c6490bcb9aaf82ddd3d6d50c3b583
+LXPU_RECIPE_HASH=7acb5e59b6c3d1de44c6b675b0605cc3fcc0524ffea90b6a09df133f16d48585
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -442,6 +442,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

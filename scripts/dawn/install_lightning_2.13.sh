@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=9f7e69d7db177fb93988d41916cab845614b5c3da3dd3d234f7af2844f5170fa
+LXPU_RECIPE_HASH=f8a0e0f819acf675d70ea80fd9195ca7ad5e92c7e5856001a1a26ded62f72935
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -443,6 +443,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

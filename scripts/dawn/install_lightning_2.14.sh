@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=b4dac2043d68e4f51a598bd94da623503edc01cf45cb0a30f7331f54fe51f26c
+LXPU_RECIPE_HASH=195801b5009a79f493157b385a127c1b7de16ec614ce4300c4b903774547ebd0
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -442,6 +442,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

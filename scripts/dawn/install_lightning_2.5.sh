@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=35c28d73cfc696024310be53e73d1cdba6f5bd2b09bcd91c308e9db93764bf71
+LXPU_RECIPE_HASH=5bed56357b248a15c940674e78e2f85f4400e8647c15556949777f998f097630
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -450,6 +450,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=5a565e1d3535061385680a5216a132f159b0e411c0a169604ff6899ad95f8bdd
+LXPU_RECIPE_HASH=967da008fe8638e227ff3b8d474fe33376c7996248532787e4e10e420929a64d
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -452,6 +452,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=b1356ee128f3aee09fd5ce2bd8f2e5f2f1c0c0841ded0a4923a984f6aea40185
+LXPU_RECIPE_HASH=18db788a6deb5613264ef4e04daca3ff3c45e4831dfe2ca4e19b923c143b8566
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -452,6 +452,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=d0084623d09b7c5d868027f468e2e561becee7d02f980b423652018529ac6806
+LXPU_RECIPE_HASH=054b8537253656bee79e6d39281d70f88f110366b39b91c64a4cb32c6ac2553e
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -446,6 +446,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -25,7 +25,7 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
-LXPU_RECIPE_HASH=4238963d9988625f4622a36bcea132277fc662191ac18d054d3e0fd52df5990d
+LXPU_RECIPE_HASH=c7d705e37992ca68696c6e347569820b20cffad63a59554cd8cda43e0624e374
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -446,6 +446,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

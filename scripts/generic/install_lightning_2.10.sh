@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=fbd4365d178c1e073236d2e8c270eec8d503e966e8c2ce9b3831f24f1ded5b43
+LXPU_RECIPE_HASH=070523d1999aecda7f237830bfd9e2b88fb7af9722dc038eda0ae792508e2c4b
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -434,6 +434,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

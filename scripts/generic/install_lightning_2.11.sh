@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=928c33520ed6e920330b0ea9cdc20dac6f97db834285f8b0f813b33e1ec1ccbb
+LXPU_RECIPE_HASH=e026c9691d1f20cea052202f8b8816738437f631dc327d138877584f634744c0
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -434,6 +434,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=981d98e73effc5fccfc6e9284e7e078d4b9e12c1f0a24fdd36747d7f939a85ff
+LXPU_RECIPE_HASH=b612ffe2c29b3f5746743f67ca06ce7b04b4806cf2029551a93291674cb234a3
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -430,6 +430,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=527b988f85fb0b159bbe1fd87d9059b6b6b8a4d6279856b3a1a89d3d59ad709f
+LXPU_RECIPE_HASH=916dc9428fc87189c05a1edf60a48a513f14dc9a3d2d7bbbdfe3c0f9f06dc748
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -431,6 +431,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

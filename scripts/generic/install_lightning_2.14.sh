@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=1aa92e8bd55dd0c6b251e5dc1fc9b1acddbced704e4eb07c91c23f5672d00613
+LXPU_RECIPE_HASH=eef9829bb7c4a68d3066ba36a4cb75dc7d1a6f8a10a100b0e5c421511e5bd143
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -430,6 +430,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=15b0a555153dd00e56cfdfa7241698c857e4e90315443d3452353ee983ec50c2
+LXPU_RECIPE_HASH=22901a632e8b0ca8ef25c10f4c2ebff5689e7013367a9bed73befd0b4f03b29b
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -438,6 +438,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=c7c0c77b04477096a18a1823e757bad7204dbd47d06099f2bc12264076ba9a4c
+LXPU_RECIPE_HASH=3bda130f507f1d4e636a5c571c2c435de640af8401614a5363036f0584fbd0e2
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -440,6 +440,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=5d506379c795f070d91ea7eeb4b87d6ab04333a7402a68b498897c4a435750f3
+LXPU_RECIPE_HASH=7fb846d5dc001cfb4e2dde43bf1d32c1fcb2cbc967512cfceb071030521f6ada
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -440,6 +440,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=f93d31669d0d20290409a93550caefe69656462e709e28af16271e4063751c86
+LXPU_RECIPE_HASH=7adef7ed70798678cbc16bb2c787e7b18026b733870160a534240cdbe732f3a2
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -434,6 +434,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.

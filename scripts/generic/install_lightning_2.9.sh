@@ -23,7 +23,7 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
-LXPU_RECIPE_HASH=a5bddc808198e890050ae9e975b5661d3c2a4b290a49630b8ff8416d84f8b9c9
+LXPU_RECIPE_HASH=f382e2bd527681a5c40d21c6826fa5b968a1a0707a439aaef1d47070edf42527
 LXPU_LIGHTNING_VERSION=2.6.6
 }
 
@@ -434,6 +434,7 @@ LXPU_EOF
 }
 
 # ---- engine ----
+# shellcheck shell=bash
 # lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
 # recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
 # lxpu_main does everything. Its own names start with _lxpu_.
