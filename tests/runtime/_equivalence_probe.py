@@ -19,11 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for conftest.simulate_cuda
-
-from conftest import simulate_cuda
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for tests.conftest
 
 import lightning_xpu  # noqa: F401  (patches the namespaces imported below unless disabled)
+from tests.conftest import simulate_cuda
 
 NAMESPACES = {
     "lightning": ("lightning.pytorch", "lightning.fabric"),

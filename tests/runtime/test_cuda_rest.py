@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import require_service
 from simulated_trainer import trainer_on
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity
@@ -22,6 +21,7 @@ from torch.profiler import ProfilerActivity
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu._namespaces import LIGHTNING, STANDALONE, Namespace
 from lightning_xpu._patching import original_of
+from tests.conftest import require_service
 
 pytestmark = pytest.mark.cuda
 

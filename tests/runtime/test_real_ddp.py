@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_service
+
+from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_FIT = REPO / "scripts" / "common" / "toy_fit.py"
@@ -73,7 +74,7 @@ OBJECT_WORKER = """
 import json, sys
 rank, port, out, tests, namespace = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 sys.path.insert(0, tests)
-from conftest import register_stand_in_ccl_backend
+from tests.conftest import register_stand_in_ccl_backend
 register_stand_in_ccl_backend()
 import importlib
 import lightning_xpu
