@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import install_harness as h
@@ -185,11 +186,11 @@ def test_repository_found_from_the_submit_dir_never_the_script(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"repository:  {source_repo.resolve()} " in result.stdout
-    # Without a usable submit directory it fails clearly instead of guessing from the spool copy.
-    env = h.job_env(**{**clean, names[0]: "4242", names[1]: str(elsewhere)})
-    result = h.bash(
-        f"cd {h.q(elsewhere)} && bash {h.q(job)} --dry-run --prefix {h.q(tmp_path / 'p')}", env=env
-    )
+    # Without a usable submit directory it fails clearly instead of guessing from the spool copy. The directory
+    # must lie outside every checkout: pytest's basetemp may be inside this repository (CI puts it in build/).
+    with tempfile.TemporaryDirectory(prefix="lxpu-not-a-repository-") as outside:
+        env = h.job_env(**{**clean, names[0]: "4242", names[1]: outside})
+        result = h.bash(f"cd {h.q(outside)} && bash {h.q(job)} --dry-run --prefix {h.q(tmp_path / 'p')}", env=env)
     assert result.returncode == 2 and "pass --source DIR" in result.stderr, result.stderr
 
 
