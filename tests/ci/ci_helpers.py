@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,18 +30,8 @@ def run_script(
     )
 
 
-def require_service(available: bool, what: str, fix: str) -> None:
-    """Skip (or fail under LXPU_REQUIRE_SERVICES=1) when a service the test needs is missing."""
-    if available:
-        return
-    message = f"{what} is not available: {fix}"
-    if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 def require_env_path(name: str) -> Path:
     """The path an LXPU_* variable (exported by ci/test.sh) names; required like a service."""
     value = os.environ.get(name, "")
-    require_service(bool(value) and Path(value).exists(), name, "run the tests through bash ci/test.sh")
+    require_service(name, bool(value) and Path(value).exists(), "run the tests through bash ci/test.sh")
     return Path(value)
