@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command (README): bash ci/test.sh [--stage NAME]... [--keep-services]
+# The project's test command (README): bash ci/test.sh [--stage NAME]... [--keep-services] [--offline]
 #
 # Installs what is missing of the real services (ci/services/install.sh), starts munge and a
 # single-node Slurm (ci/services/*.sh), builds the test venvs (ci/venvs.sh), then runs the stages, each
 # timed, and prints a summary. Any failing stage fails the run (exit 1) after all stages ran.
+# --offline skips all of that preparation (no network, no daemons) and runs only the stages that need
+# neither (OFFLINE_STAGES) with the venvs already built; tests whose service is missing then skip.
 #
 # Contract with the tests: every pytest runs with these variables exported.
 #   LXPU_REQUIRE_SERVICES=1  a test whose service (Slurm, Lmod, MPI, ...) is missing FAILS, never skips
@@ -21,6 +23,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ALL_STAGES=(lint ci recipes unit services multinode benchmarks docs)
+OFFLINE_STAGES=(lint recipes)
 UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
 RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
@@ -28,10 +31,11 @@ BASE="$LXPU_REPO_ROOT/build/venvs/base"
 
 usage() {
     cat <<USAGE
-Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--help]
+Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--offline] [--help]
 
 Runs the whole test suite against real services (Slurm, munge, Lmod, MPICH, Intel MPI), installing
-and starting what is missing. Stages, in order (default: all):
+and starting what is missing (which needs root and the package repositories) and building the test
+venvs (which needs PyPI) before any stage, whichever stages are selected. Stages, in order (default: all):
   lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
   ci          pytest tests/ci (the services and venvs this script relies on)
   recipes     python recipes/render.py check; pytest tests/recipes
@@ -45,6 +49,10 @@ no test fails its stage.
 
   --stage NAME      run only this stage (repeat for several)
   --keep-services   leave munge and Slurm running at the end even if this run started them
+  --offline         install, start and build nothing (no network, no daemons, no root): run only
+                    ${OFFLINE_STAGES[*]} (the default with --offline) with the venvs already in build/venvs;
+                    a test whose service is missing skips instead of failing. E.g. after editing
+                    recipes/: bash ci/test.sh --offline --stage recipes
 Environment: LXPU_TEST_TIMEOUT per-test timeout in seconds (default 900).
 JUnit reports: build/ci-results/.
 USAGE
@@ -53,10 +61,12 @@ USAGE
 # ---- command line ------------------------------------------------------------------------------
 SELECTED=()
 KEEP_SERVICES=0
+OFFLINE=0
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --keep-services) KEEP_SERVICES=1 ;;
+        --offline) OFFLINE=1 ;;
         --stage)
             (($# >= 2)) || ci_die "--stage needs a name: one of ${ALL_STAGES[*]}"
             [[ " ${ALL_STAGES[*]} " == *" $2 "* ]] || ci_die "unknown stage '$2': use one of ${ALL_STAGES[*]}"
@@ -67,6 +77,13 @@ while (($#)); do
     esac
     shift
 done
+if ((OFFLINE)); then
+    ((${#SELECTED[@]})) || SELECTED=("${OFFLINE_STAGES[@]}")
+    for stage in "${SELECTED[@]}"; do
+        [[ " ${OFFLINE_STAGES[*]} " == *" $stage "* ]] ||
+            ci_die "stage '$stage' needs services or the network: drop --offline, or run only ${OFFLINE_STAGES[*]}"
+    done
+fi
 ((${#SELECTED[@]})) || SELECTED=("${ALL_STAGES[@]}")
 TIMEOUT="${LXPU_TEST_TIMEOUT:-900}"
 [[ "$TIMEOUT" =~ ^[1-9][0-9]*$ ]] || ci_die "LXPU_TEST_TIMEOUT='$TIMEOUT' is not a number of seconds: e.g. LXPU_TEST_TIMEOUT=900"
@@ -95,23 +112,31 @@ now() { printf '%s' "$EPOCHREALTIME"; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 RUN_START="$(now)"
-ci_log "preparing: services and venvs"
-bash ci/services/install.sh
-start_service munge
-start_service slurm
-bash ci/venvs.sh
+if ((OFFLINE)); then
+    ci_log "offline: no services, no venv builds; tests whose service is missing skip"
+    [[ -x "$BASE/bin/python" ]] || ci_die "$BASE/bin/python is missing: build the venvs once with bash ci/venvs.sh (needs PyPI)"
+    export LXPU_REQUIRE_SERVICES=0
+else
+    ci_log "preparing: services and venvs"
+    bash ci/services/install.sh
+    start_service munge
+    start_service slurm
+    bash ci/venvs.sh
+    export LXPU_REQUIRE_SERVICES=1
+fi
 
-export LXPU_REQUIRE_SERVICES=1
 export LXPU_PYTHON="$BASE/bin/python"
 export LXPU_VENV_DIR="$LXPU_REPO_ROOT/build/venvs/lightning"
 export LXPU_IMPI_MPIEXEC="$LXPU_REPO_ROOT/build/venvs/impi/bin/mpiexec"
 export LXPU_MPICH_MPIEXEC=/usr/bin/mpiexec.mpich
 export LXPU_LMOD_INIT=/usr/share/lmod/lmod/init/bash
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-for tool in "$LXPU_IMPI_MPIEXEC" "$LXPU_MPICH_MPIEXEC"; do
-    [[ -x "$tool" ]] || ci_die "$tool is missing: run bash ci/services/install.sh"
-done
-[[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh"
+if ((!OFFLINE)); then
+    for tool in "$LXPU_IMPI_MPIEXEC" "$LXPU_MPICH_MPIEXEC"; do
+        [[ -x "$tool" ]] || ci_die "$tool is missing: run bash ci/services/install.sh"
+    done
+    [[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh"
+fi
 ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
 
 rm -rf "$RESULTS_DIR"

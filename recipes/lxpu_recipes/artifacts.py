@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .envnames import names_set_in
+from .errors import RecipeError
 from .matrix import Version
 from .recipes import ENGINE, Recipes
 from .sites import Site
@@ -22,6 +24,7 @@ class Artifact:
     content: str
     executable: bool
     committed: bool  # part of the repository (scripts/, modulefiles/), guarded by `check`
+    may_be_empty: bool = False  # a list that can be empty (the site's variables and modules); nothing else
 
 
 def install_script(minor: str) -> str:
@@ -80,7 +83,16 @@ class Renderer:
 
     def lock_file(self, version: Version, variant: str) -> str:
         path = self.recipes.lock_path(version.minor, variant)
-        return self.recipes.shown(path) if path.is_file() else ""
+        if not path.is_file():
+            return ""
+        text = path.read_text()
+        for tool in self.recipes.matrix.tools:
+            if not re.search(rf"^{re.escape(tool.requirement(''))} \\$", text, re.MULTILINE):
+                raise RecipeError(
+                    f"{self.recipes.shown(path)}: has no hashed {tool.requirement('')} (recipes/matrix.toml [tools]): "
+                    f"lock again (render.py lock --torch {version.minor} --variant {variant}) or change the pin"
+                )
+        return self.recipes.shown(path)
 
     def _variant_context(self, version: Version, variant: str, site: Site) -> dict[str, Any]:
         sources = self.pip_sources(version, variant, site)
@@ -131,6 +143,7 @@ class Renderer:
         for text in setups.values():
             self._check_names("lightning-setup.sh.j2", text)
         shared = {"version": version, "site": site, "recipe_hash": self.recipe_hash(version, site)}
+        site_modules, modules_left_out = site.modules_for(version)
         install = self._render(
             "install_lightning.sh.j2",
             {
@@ -141,6 +154,9 @@ class Renderer:
                 "conda_channels": self.recipes.matrix.conda_channels,
                 "variants": [self._job_variant(version, n, site) for n in version.variants],
                 "site_env": site_env.splitlines(),
+                "site_modules": site_modules,
+                "modules_left_out": modules_left_out,
+                "build_tools": [tool.requirement("") for tool in self.recipes.matrix.tools],
             },
         )
         smoke = self._render("smoke_lightning.sh.j2", {**shared, "script": smoke_script(version.minor)})
@@ -149,12 +165,13 @@ class Renderer:
         artifacts = [
             Artifact(f"{scripts}/{install_script(version.minor)}", install, True, True),
             Artifact(f"{scripts}/{smoke_script(version.minor)}", smoke, True, True),
-            Artifact(f"{envs}/lightning-xpu-site.sh", site_env, False, False),
+            Artifact(f"{envs}/lightning-xpu-site.sh", site_env, False, False, may_be_empty=True),
             Artifact(
                 f"{envs}/lightning-xpu-site-modules.txt",
                 "".join(m + "\n" for m in site.modules),
                 False,
                 False,
+                may_be_empty=True,
             ),
         ]
         for name in chosen:

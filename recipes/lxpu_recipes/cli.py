@@ -11,8 +11,8 @@ from typing import NoReturn
 from .artifacts import Renderer
 from .errors import RecipeError
 from .locking import LockRequest, lock, stale_locks
-from .outputs import drift, remove_stale, render_selection, write_artifacts
-from .recipes import Recipes, load_recipes
+from .outputs import broken, drift, remove_stale, render_selection, write_artifacts
+from .recipes import ENGINE, Recipes, load_recipes
 
 PROG = "render.py"
 
@@ -53,9 +53,10 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser(
         "check",
-        help="fail when committed renders or locks differ from a fresh render",
+        help="fail when committed renders or locks differ from a fresh render, or a render is broken",
         description="Render everything into a temporary directory and compare with the committed renders and "
-        "locks. Never touches the network. Exit 1 with the list of drifted files.",
+        "locks; refuse an empty artifact, and run `bash -n` on every rendered shell script and on the install "
+        "engine. Never touches the network. Exit 1 with one line per broken or drifted file.",
     )
 
     locking = commands.add_parser(
@@ -157,17 +158,29 @@ def _cmd_render(recipes: Recipes, args: argparse.Namespace) -> int:
 def _cmd_check(recipes: Recipes) -> int:
     renderer = Renderer(recipes)
     everything = render_selection(renderer, recipes.select_versions(None), recipes.select_sites(None), None)
+    faults = broken(everything, recipes.repo_root / ENGINE, ENGINE)
     problems = drift(recipes.repo_root, everything) + stale_locks(recipes)
+    for line in faults:
+        print(f"broken: {line}")
+    for line in problems:
+        print(f"drift: {line}")
+    if faults:
+        print(
+            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/) or {ENGINE}",
+            file=sys.stderr,
+        )
     if problems:
-        for line in problems:
-            print(f"drift: {line}")
         print(
             f"{PROG} check: {len(problems)} drifted file(s): run `python recipes/render.py render --all` "
             "(and `lock` for locks) and commit",
             file=sys.stderr,
         )
+    if faults or problems:
         return 1
-    print(f"ok: {sum(a.committed for a in everything)} committed renders and the locks match the recipes")
+    print(
+        f"ok: {sum(a.committed for a in everything)} committed renders and the locks match the recipes; "
+        f"no empty artifact; bash -n passes on every rendered script and {ENGINE}"
+    )
     return 0
 
 

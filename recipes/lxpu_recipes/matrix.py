@@ -17,6 +17,7 @@ VARIANT_NAMES = ("xpu", "cpu", "cuda")
 BACKENDS = ("ccl", "xccl")
 _MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
 _PYTHON = re.compile(r"^3\.[0-9]+$")
+_GENERATION = re.compile(r"^20[0-9]{2}$")
 _DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _LABEL = re.compile(r"^([a-z0-9]+(\.[a-z0-9]+)*)?$")
 URL = re.compile(r"^(https?|file)://\S+$")
@@ -117,6 +118,7 @@ class Version:
     backend: str
     backend_source: str
     oneapi_runtime: str
+    oneapi_generation: str  # the year of the oneAPI runtime the XPU wheels bundle; "" when unverified
     oneapi_source: str
     oneapi_why: str
     notes: str
@@ -144,6 +146,11 @@ class Version:
     def names(self, variant: str) -> TagNames:
         return TagNames(self.tag(variant))
 
+    def admits_oneapi(self, generation: str) -> bool:
+        """The oneAPI rule: a site module that brings oneAPI `generation` is loaded with this version only when
+        its wheels bundle the same generation (never when that is unverified)."""
+        return bool(self.oneapi_generation) and generation == self.oneapi_generation
+
     def unverified(self) -> list[str]:
         """One line per fact of this entry that has no source."""
         lines = [f"oneAPI runtime: {self.oneapi_why}"] if self.oneapi_why else []
@@ -163,6 +170,7 @@ class Matrix:
     sources: dict[str, Source]
     conda_channels: tuple[str, ...]
     conda_source: str
+    tools: tuple[Pin, ...]  # install-time tools (the wheel build's setuptools), pinned for every recipe
     raw: dict[str, Any]
 
     def known(self) -> str:
@@ -181,6 +189,7 @@ class Matrix:
             "sources": self.raw.get("sources"),
             "variants": self.raw.get("variants"),
             "conda": self.raw.get("conda"),
+            "tools": self.raw.get("tools"),
         }
 
 
@@ -310,7 +319,9 @@ def _read_version(
     backend, _ = _read_fact(table.table("backend"), ("name",), False)
     if backend["name"] not in BACKENDS:
         raise table.error("backend", f"unknown backend '{backend['name']}' (known: {', '.join(BACKENDS)})")
-    oneapi, oneapi_why = _read_fact(table.table("oneapi"), ("runtime",), True)
+    oneapi, oneapi_why = _read_fact(table.table("oneapi"), ("runtime", "generation"), True)
+    if oneapi and not _GENERATION.match(oneapi["generation"]):
+        raise table.error("oneapi", f"generation '{oneapi['generation']}' must be the oneAPI year, e.g. 2025")
     pins = table.table("pins")
     variants = {
         name: _read_variant(name, variant_defaults[name], table.table_or_empty(name), sources, pins, minor)
@@ -325,6 +336,7 @@ def _read_version(
         backend=backend["name"],
         backend_source=backend["source"],
         oneapi_runtime=oneapi.get("runtime", ""),
+        oneapi_generation=oneapi.get("generation", ""),
         oneapi_source=oneapi.get("source", ""),
         oneapi_why=oneapi_why,
         notes=table.text_or("notes", ""),
@@ -335,12 +347,13 @@ def _read_version(
 
 def load_matrix(path: Path, shown_as: str) -> Matrix:
     root = Table(load_toml(path, shown_as), shown_as)
-    root.only({"schema", "sources", "conda", "variants", "versions"})
+    root.only({"schema", "sources", "conda", "tools", "variants", "versions"})
     if root.data.get("schema") != 1:
         raise root.error("schema", "must be 1 (the only schema this renderer reads)")
     sources = _read_sources(root)
     conda = root.table("conda")
     conda.only({"channels", "source"})
+    tools = tuple(_read_pin(name, table, False, True) for name, table in root.table("tools").tables())
     variant_defaults = {}
     for name, table in root.table("variants").tables():
         if name not in VARIANT_NAMES:
@@ -359,5 +372,6 @@ def load_matrix(path: Path, shown_as: str) -> Matrix:
         sources=sources,
         conda_channels=tuple(conda.texts("channels")),
         conda_source=conda.text("source"),
+        tools=tools,
         raw=root.data,
     )

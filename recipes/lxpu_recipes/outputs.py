@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -74,6 +75,25 @@ def remove_stale(repo_root: Path, artifacts: list[Artifact]) -> list[str]:
     for relative in stale:
         (repo_root / relative).unlink()
     return stale
+
+
+def broken(artifacts: list[Artifact], engine: Path, shown_engine: str) -> list[str]:
+    """One line per artifact that cannot be right whatever is committed: an empty one (an empty or broken
+    template), and shell that `bash -n` rejects (the rendered scripts and the engine they source)."""
+    problems = [f"{a.path}: empty" for a in artifacts if not a.content.strip() and not a.may_be_empty]
+    with tempfile.TemporaryDirectory(prefix="lxpu-bash-n-") as scratch:
+        shells = [a for a in artifacts if a.path.endswith(".sh")]
+        write_artifacts(shells, Path(scratch))
+        checked = [(a.path, Path(scratch) / a.path) for a in shells] + [(shown_engine, engine)]
+        for shown, path in checked:
+            if not path.is_file():
+                problems.append(f"{shown}: missing")
+                continue
+            done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                first = (done.stderr.strip().splitlines() or ["bash -n failed"])[0]
+                problems.append(f"{shown}: bash -n: {first.replace(str(path), shown)}")
+    return problems
 
 
 def drift(repo_root: Path, artifacts: list[Artifact]) -> list[str]:

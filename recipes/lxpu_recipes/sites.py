@@ -10,7 +10,7 @@ from typing import Any
 
 from .envnames import KnownNames
 from .errors import RecipeError
-from .matrix import URL
+from .matrix import URL, Version
 from .tomldata import Table, load_toml
 
 SCHEDULERS = ("slurm", "pbs", "none")
@@ -57,6 +57,8 @@ class Site:
     default_prefix: str
     env_manager: str
     modules: tuple[str, ...]
+    python_module: str  # the module providing Python for a venv ("" = Python from PATH)
+    oneapi_modules: dict[str, str]  # site module -> the oneAPI year it brings (see the oneAPI rule)
     submit_hint: str
     headers: dict[str, Headers]
     env: tuple[EnvSetting, ...]
@@ -65,6 +67,21 @@ class Site:
 
     def submit(self, script: str) -> str:
         return self.submit_hint.replace("{script}", script)
+
+    def modules_for(self, version: Version) -> tuple[list[str], list[str]]:
+        """The oneAPI rule (recipes/matrix.toml): the site modules loaded with `version`, and one line per
+        module left out because it brings another oneAPI year than the version's wheels bundle."""
+        kept, left_out = [], []
+        for name in self.modules:
+            year = self.oneapi_modules.get(name)
+            if year is None or version.admits_oneapi(year):
+                kept.append(name)
+            else:
+                bundled = version.oneapi_generation or "an unverified generation"
+                left_out.append(
+                    f"{name} (brings oneAPI {year}; the XPU wheels of PyTorch {version.minor} bundle oneAPI {bundled})"
+                )
+        return kept, left_out
 
 
 def _read_headers(table: Table) -> dict[str, Headers]:
@@ -115,6 +132,22 @@ def _read_source_urls(table: Table, source_names: set[str]) -> dict[str, str]:
     return urls
 
 
+def _read_oneapi_modules(table: Table, modules: list[str]) -> dict[str, str]:
+    years = {}
+    for name, entry in table.tables():
+        if name not in modules:
+            raise table.error(
+                name, f"'{name}' is not one of this site's modules ({', '.join(modules) or 'none'})"
+            )
+        entry.only({"generation", "source"})
+        year = entry.text("generation")
+        if not re.match(r"^20[0-9]{2}$", year):
+            raise entry.error("generation", f"'{year}' must be the oneAPI year the module brings, e.g. 2025")
+        entry.text("source")
+        years[name] = year
+    return years
+
+
 def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[str]) -> Site:
     name = path.stem
     root = Table(load_toml(path, shown_as), shown_as)
@@ -131,6 +164,8 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
             "env_manager_source",
             "modules",
             "modules_source",
+            "python_module",
+            "oneapi_modules",
             "submit_hint",
             "headers",
             "env",
@@ -155,6 +190,9 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
     for module in modules:
         if not _MODULE.match(module):
             raise root.error("modules", f"'{module}' is not a module name")
+    python_module = root.text_or("python_module", "")
+    if python_module and not _MODULE.match(python_module):
+        raise root.error("python_module", f"'{python_module}' is not a module name")
     for key in ("prefix_source", "env_manager_source", "modules_source"):
         root.text(key)
     hint = root.text("submit_hint")
@@ -172,6 +210,8 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
         default_prefix=prefix,
         env_manager=manager,
         modules=tuple(modules),
+        python_module=python_module,
+        oneapi_modules=_read_oneapi_modules(root.table_or_empty("oneapi_modules"), modules),
         submit_hint=hint,
         headers=headers,
         env=_read_env(root.table_or_empty("env"), known),

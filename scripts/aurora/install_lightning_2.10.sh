@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=5f2109464abf565bfbe4649447b8fc4f4767d144de9053b03bc48f38229aa13a
+LXPU_RECIPE_HASH=fa309ab12e1fa480775c417e514501307217d6b97ed18d173ae3ff99ee2a67ef
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -32,6 +32,9 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_PROCESS_LAUNCHER="${CCL_PROCESS_LAUNCHER:-pmix}"'

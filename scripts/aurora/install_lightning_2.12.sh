@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=58d3d3f9ba9b9e49ac5f1ec5e635402ee3a7ede31bc8fb23e5f0972948e7e56f
+LXPU_RECIPE_HASH=af188fe7b1dfe8aed18b88eb8b6719e321079c6b5311612109e25a26e156c383
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -32,6 +32,9 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_PROCESS_LAUNCHER="${CCL_PROCESS_LAUNCHER:-pmix}"'

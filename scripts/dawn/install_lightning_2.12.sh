@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=a808e1a20f42812e5f8fca0c2875fd54660caf1381063f6735fa6da62df7e4ac
+LXPU_RECIPE_HASH=cedd8a0627ad53f2c7c76b20f600c14b9acb54fd5dac0d7f0be4b5bcba8114d0
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -30,6 +30,9 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_ATL_TRANSPORT="${CCL_ATL_TRANSPORT:-ofi}"'

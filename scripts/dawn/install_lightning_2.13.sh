@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=ffea08305d1d1dce263817f4b8093eebfad64c87fa9b0a0a1b85d9b89d96b50a
+LXPU_RECIPE_HASH=5ef71434d56e75131c1d85157d5202dc21301d0af04f0a1e411eb933736b62cb
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -29,7 +29,10 @@ LXPU_SITE_SCHEDULER=slurm
 LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
-LXPU_SITE_MODULES=rhel9/default-dawn
+LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT='rhel9/default-dawn (brings oneAPI 2025; the XPU wheels of PyTorch 2.13 bundle oneAPI 2026)'
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_ATL_TRANSPORT="${CCL_ATL_TRANSPORT:-ofi}"'

@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=4ed08e04ad1df6108741c68985f4a823958689307f895f4b850c7b6e66adb08e
+LXPU_RECIPE_HASH=1ada63f2a41465f327440f27407a887c6430a6176256a0db04590370df53b06a
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -29,7 +29,10 @@ LXPU_SITE_SCHEDULER=slurm
 LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
-LXPU_SITE_MODULES=rhel9/default-dawn
+LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT='rhel9/default-dawn (brings oneAPI 2025; the XPU wheels of PyTorch 2.14 bundle oneAPI an unverified generation)'
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_ATL_TRANSPORT="${CCL_ATL_TRANSPORT:-ofi}"'

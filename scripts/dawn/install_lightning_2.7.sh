@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=0b6a7c43c742a62fb568cd9645c4b686ecc0482176b428ca6e704ce91160c48e
+LXPU_RECIPE_HASH=746b336d7472aafb4ed4955f2c100c6d593d3ee48b422525378dd0aa38cd5a60
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -30,6 +30,9 @@ LXPU_SITE_VARIANT=xpu
 LXPU_DEFAULT_PREFIX='$HOME/rds/hpc-work/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=conda
 LXPU_SITE_MODULES=rhel9/default-dawn
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
   'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"'
   'export CCL_ATL_TRANSPORT="${CCL_ATL_TRANSPORT:-ofi}"'

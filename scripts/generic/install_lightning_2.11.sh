@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.11
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=fe44e9cdbac15872c9deb8c24fd4cae33da3dfb61fa1c7ebe640cfda5ceb97a7
+LXPU_RECIPE_HASH=193d1966e8b5e7219ac377fd871dbfd9a975485585cbb3bf81aa9f89ed59ccd7
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -28,6 +28,9 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
 # Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.

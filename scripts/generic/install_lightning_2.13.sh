@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=dee828ce8d88f333b4da6af2a202be191f746c6f0bd795c4070904e56f41b533
+LXPU_RECIPE_HASH=ccdb79c89cdeb3772bb2babb1dbbe1a2c881178337e6f11eec963b33f7befb08
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -28,6 +28,9 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
 # Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b9e8ddc3be29b7daa8ce0ba6ff5479791ef40b5093042770e096112a29b0ad12
+LXPU_RECIPE_HASH=93eeba9724a1e8e844b90d1575e3717a1fb9b3a0ee4ae0407e75aa52a2e86b82
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -28,6 +28,9 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
 # Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.

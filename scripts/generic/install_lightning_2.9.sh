@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=2
+LXPU_CONTRACT=3
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=1f71896cf1e3d8dd50afb1c9e7bfb9c5b102fab8aededb316903a7b37070f49e
+LXPU_RECIPE_HASH=3de6133d3c20d17637e6b6cd236dfdd801eab6f1cc80fc5befea290ba7b033b5
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -28,6 +28,9 @@ LXPU_SITE_VARIANT=auto
 LXPU_DEFAULT_PREFIX='$HOME/lightning-xpu'
 LXPU_SITE_ENV_MANAGER=venv
 LXPU_SITE_MODULES=''
+LXPU_SITE_MODULES_LEFT_OUT=''
+LXPU_SITE_PYTHON_MODULE=''
+LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
 # Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.

@@ -6,9 +6,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import edit, run_render, run_render_process
+from recipe_helpers import RECIPES, edit, load_recipes, run_render, run_render_process
 
-KNOWN = "2.5, 2.6, 2.7, 2.8, 2.9, 2.10, 2.11, 2.12, 2.13, 2.14"
+# Derived from the data, so that adding a version or a site changes no test.
+_LOADED = load_recipes(RECIPES)
+KNOWN = ", ".join(_LOADED.matrix.versions)
+SITES = ", ".join(_LOADED.sites)
 MATRIX = "recipes/matrix.toml"
 DAWN = "recipes/sites/dawn.toml"
 
@@ -31,7 +34,7 @@ def _render(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
             ["--torch", "2.4", "--site", "dawn"],
             f"render.py: error: unknown PyTorch version '2.4' (known: {KNOWN})",
         ),
-        (["--torch", "2.7", "--site", "polaris"], "unknown site 'polaris' (known: aurora, dawn, generic)"),
+        (["--torch", "2.7", "--site", "polaris"], f"unknown site 'polaris' (known: {SITES})"),
         (
             ["--torch", "2.7", "--site", "dawn", "--variant", "rocm"],
             "unknown variant 'rocm' (known: xpu, cpu, cuda)",

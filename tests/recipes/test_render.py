@@ -134,6 +134,9 @@ CONTRACT_NAMES = {
     "LXPU_DEFAULT_PREFIX",
     "LXPU_SITE_ENV_MANAGER",
     "LXPU_SITE_MODULES",
+    "LXPU_SITE_MODULES_LEFT_OUT",
+    "LXPU_SITE_PYTHON_MODULE",
+    "LXPU_BUILD_TOOLS",
     "LXPU_SITE_ENV",
 }
 PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", "MODULE")
@@ -243,12 +246,14 @@ def test_check_fails_after_a_deliberate_edit(temp_repo: Path) -> None:
     assert again.stdout.splitlines()[-1].endswith("(0 updated, 0 removed)")
 
 
-def test_a_new_version_is_one_matrix_entry(temp_repo: Path) -> None:
+def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) -> None:
+    """A copy of the newest entry as 2.99 (its torch pin renamed) renders everywhere and passes check."""
+    newest = list(recipes.matrix.versions.values())[-1]
     matrix = temp_repo / "recipes/matrix.toml"
-    entry = matrix.read_text().split('[versions."2.14"]', 1)[1]
-    new = ('[versions."2.99"]' + entry).replace("2.14.0", "2.99.0").replace("0.29.0", "0.99.0")
+    entry = matrix.read_text().split(f'[versions."{newest.minor}"]', 1)[1]
+    new = ('[versions."2.99"]' + entry).replace(f'"{newest.torch}"', '"2.99.0"')
     matrix.write_text(
-        matrix.read_text() + "\n" + new.replace('[versions."2.14".pins]', '[versions."2.99".pins]')
+        matrix.read_text() + "\n" + new.replace(f'[versions."{newest.minor}".', '[versions."2.99".')
     )
     done = run_render("render", "--all", repo=temp_repo)
     assert done.returncode == 0, done.stderr
@@ -259,7 +264,8 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path) -> None:
     for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
         assert (temp_repo / f"modulefiles/lightning-xpu/{tag}.lua").is_file()
     install = (temp_repo / "scripts/generic/install_lightning_2.99.sh").read_text()
-    assert "LXPU_REQUIREMENTS_xpu=(torch==2.99.0+xpu torchvision==0.99.0+xpu lightning==2.6.6)\n" in install
+    pins = re.search(r"^LXPU_REQUIREMENTS_xpu=\((.*)\)$", install, re.MULTILINE)
+    assert pins and pins[1].split()[0] == "torch==2.99.0+xpu" and f"lightning=={newest.lightning}" in pins[1]
     out = temp_repo / "out"
     full = run_render("render", "--torch", "2.99", "--site", "generic", "--out", str(out), repo=temp_repo)
     assert full.returncode == 0, full.stderr
@@ -348,3 +354,17 @@ def test_site_overrides_package_sources(temp_repo: Path) -> None:
     assert "allow-pypi-requests: false\n" in yml
     untouched = (REPO / "scripts/dawn/install_lightning_2.13.sh").read_text()
     assert "LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu " in untouched
+
+
+def test_check_refuses_broken_shell_and_empty_artifacts(temp_repo: Path) -> None:
+    engine = temp_repo / ENGINE
+    engine.write_text(engine.read_text() + "\nlxpu_oops() {\n")
+    (temp_repo / "recipes/templates/requirements.txt.j2").write_text("{# nothing #}\n")
+    edit(temp_repo / "recipes/templates/smoke_lightning.sh.j2", "set -euo pipefail\n", "set -euo pipefail\nif\n")
+    done = run_render("check", repo=temp_repo)
+    assert done.returncode == 1
+    broken = [line for line in done.stdout.splitlines() if line.startswith("broken: ")]
+    assert f"broken: {ENGINE}: bash -n: {ENGINE}: line " in "\n".join(broken)
+    assert "broken: envs/generic/2.13-cpu/requirements.txt: empty" in broken
+    assert any(line.startswith("broken: scripts/dawn/smoke_lightning_2.7.sh: bash -n: ") for line in broken)
+    assert "broken file(s): fix the template (recipes/templates/) or " + ENGINE in done.stderr

@@ -14,7 +14,7 @@
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
 # shellcheck disable=SC2034  # read by the job
-LXPU_ENGINE_CONTRACT=2
+LXPU_ENGINE_CONTRACT=3
 
 # ---- the recipe's data, by variant ----------------------------------------------------------------------------
 
@@ -437,12 +437,22 @@ _lxpu_validate() {
 			_lxpu_bad_input "--shared-group $_lxpu_shared_group: you are not a member of that group (see id -Gn)"
 	fi
 
-	# Environment manager and Python.
+	_lxpu_validate_environment
+}
+
+# Environment manager and Python. The site's modules are loaded first (a dry run loads them too: it changes
+# no file), so that a module can provide conda or Python; then the site's Python module, for a venv.
+_lxpu_validate_environment() {
+	local value
 	_lxpu_python_version="$(lxpu_python_version "$_lxpu_variant")"
+	_lxpu_word_in "${_lxpu_env_manager:-auto}" auto conda venv ||
+		_lxpu_bad_input "--env-manager must be conda or venv, not '$_lxpu_env_manager'"
+	_lxpu_load_modules "site module" "$LXPU_SITE_MODULES"
 	if [[ -n "$_lxpu_base_python" ]]; then
 		[[ "$_lxpu_env_manager" != conda ]] ||
 			_lxpu_bad_input "--base-python builds a venv over that Python: drop --env-manager conda"
 		_lxpu_env_manager=venv
+		_lxpu_env_why="--base-python given: a venv over it"
 		value="$(command -v -- "$_lxpu_base_python" || true)"
 		[[ -n "$value" && -x "$value" ]] || _lxpu_bad_input "--base-python $_lxpu_base_python is not an executable"
 		_lxpu_base_python="$value"
@@ -451,30 +461,70 @@ print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base
 			_lxpu_bad_input "--base-python $_lxpu_base_python has no torch: pick a Python with torch installed, or drop --base-python"
 		read -r _lxpu_python_version _lxpu_base_torch _lxpu_base_is_venv <<<"$_lxpu_base_info"
 		_lxpu_python="$_lxpu_base_python"
-	else
-		case "${_lxpu_env_manager:-auto}" in
-		auto)
-			if [[ "$LXPU_SITE_ENV_MANAGER" == conda ]] && command -v conda >/dev/null; then
-				_lxpu_env_manager=conda
-			else
-				_lxpu_env_manager=venv
-			fi
-			;;
-		conda)
-			command -v conda >/dev/null ||
-				_lxpu_bad_input "--env-manager conda: no conda executable on PATH: load your site's conda module or pass --env-manager venv"
-			;;
-		venv) ;;
-		*) _lxpu_bad_input "--env-manager must be conda or venv, not '$_lxpu_env_manager'" ;;
-		esac
-		if [[ "$_lxpu_env_manager" == venv ]]; then
-			_lxpu_python="$(command -v "python$_lxpu_python_version" || true)"
-			[[ -n "$_lxpu_python" ]] ||
-				_lxpu_bad_input "python$_lxpu_python_version not found on PATH (the $_lxpu_variant variant needs Python $_lxpu_python_version): load a Python $_lxpu_python_version module or pass --base-python PATH"
-		fi
+		return 0
 	fi
+	case "${_lxpu_env_manager:-auto}" in
+	auto)
+		if [[ "$LXPU_SITE_ENV_MANAGER" == conda ]] && value="$(command -v conda)"; then
+			_lxpu_env_manager=conda
+			_lxpu_env_why="site $LXPU_SITE's default, and conda is on PATH ($value)"
+		elif [[ "$LXPU_SITE_ENV_MANAGER" == conda ]]; then
+			_lxpu_env_manager=venv
+			_lxpu_env_why="site $LXPU_SITE's default is conda, but no conda is on PATH after loading the site modules"
+		else
+			_lxpu_env_manager=venv
+			_lxpu_env_why="site $LXPU_SITE's default"
+		fi
+		;;
+	conda)
+		command -v conda >/dev/null ||
+			_lxpu_bad_input "--env-manager conda: no conda executable on PATH: load your site's conda module or pass --env-manager venv"
+		_lxpu_env_why="--env-manager conda"
+		;;
+	venv) _lxpu_env_why="--env-manager venv" ;;
+	esac
+	[[ "$_lxpu_env_manager" == venv ]] || return 0
+	_lxpu_load_modules "Python module" "$LXPU_SITE_PYTHON_MODULE"
+	_lxpu_python="$(command -v "python$_lxpu_python_version" || true)"
+	[[ -n "$_lxpu_python" ]] && return 0
+	value="python$_lxpu_python_version not found on PATH${LXPU_SITE_PYTHON_MODULE:+ after loading $LXPU_SITE_PYTHON_MODULE} (the $_lxpu_variant variant needs Python $_lxpu_python_version): load a Python $_lxpu_python_version module or pass --base-python PATH"
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_bad_input "$value"
+	_lxpu_warnings+=("$value")
+	_lxpu_python="python$_lxpu_python_version"
+}
 
-	# Repository and the files the recipe needs from it.
+# _lxpu_load_modules WHAT "NAME...": load Lmod modules, recording for step 1 whether each exists. A module that
+# does not exist is bad input, except in a dry run, which reports it and goes on.
+_lxpu_load_modules() {
+	local what="$1" names=() name init="${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash"
+	read -r -a names <<<"$2"
+	((${#names[@]})) || return 0
+	if ! declare -F module >/dev/null; then
+		if [[ ! -f "$init" ]]; then
+			_lxpu_module_report+=("${names[*]}: cannot tell (no module command; Lmod's $init is missing)")
+			[[ "$_lxpu_dry_run" == 1 ]] ||
+				_lxpu_bad_input "site $LXPU_SITE needs the modules '${names[*]}' but Lmod's module command is missing: run from a login shell of the site"
+			return 0
+		fi
+		# shellcheck disable=SC1090
+		source "$init"
+	fi
+	for name in "${names[@]}"; do
+		if module is-avail "$name" >/dev/null 2>&1; then
+			printf '+ module load %s\n' "$name"
+			module load "$name" >/dev/null 2>&1 || _lxpu_bad_input "$what $name exists but 'module load $name' failed: try it in a login shell"
+			_lxpu_module_report+=("$name: loaded ($what)")
+		else
+			_lxpu_module_report+=("$name: NOT FOUND ($what; module avail $name shows nothing)")
+			[[ "$_lxpu_dry_run" == 1 ]] ||
+				_lxpu_bad_input "$what $name does not exist here (module avail $name): run on a machine of site $LXPU_SITE, or change recipes/sites/$LXPU_SITE.toml"
+		fi
+	done
+}
+
+# The repository and the files the recipe needs from it.
+_lxpu_validate_repository() {
+	local value
 	_lxpu_resolve_source
 	_lxpu_module="$(lxpu_module "$_lxpu_variant")"
 	_lxpu_modulefile="$_lxpu_source/modulefiles/$_lxpu_module.lua"
@@ -562,9 +612,18 @@ _lxpu_step_check() {
 	_lxpu_say "recipe:      PyTorch $LXPU_VERSION, Lightning $LXPU_LIGHTNING_VERSION, site $LXPU_SITE, variant $_lxpu_variant (hash ${LXPU_RECIPE_HASH:0:12})"
 	_lxpu_say "prefix:      $_lxpu_prefix (tag $_lxpu_tag)"
 	_lxpu_say "repository:  $_lxpu_source (commit $_lxpu_commit)"
-	_lxpu_say "environment: $_lxpu_env_manager, Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
+	_lxpu_say "environment: $_lxpu_env_manager ($_lxpu_env_why), Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
 	[[ -z "$_lxpu_base_python" ]] || _lxpu_say "base python: $_lxpu_base_python (torch $_lxpu_base_torch)"
+	_lxpu_say_pins
 	_lxpu_say "sources:     $_lxpu_sources_mode${_lxpu_pip_options[*]:+ $(_lxpu_quote "${_lxpu_pip_options[@]}")}${_lxpu_lock_path:+; lock $_lxpu_lock_path}"
+	local line
+	for line in "${_lxpu_module_report[@]}"; do _lxpu_say "module:      $line"; done
+	[[ ${#_lxpu_module_report[@]} -gt 0 || -n "$LXPU_SITE_MODULES_LEFT_OUT" ]] || _lxpu_say "module:      none to load"
+	[[ -z "$LXPU_SITE_MODULES_LEFT_OUT" ]] || _lxpu_say "module:      left out for PyTorch $LXPU_VERSION: $LXPU_SITE_MODULES_LEFT_OUT"
+	if [[ "$_lxpu_variant" == xpu ]] && ! _lxpu_have_intel_gpu; then
+		_lxpu_warnings+=("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")
+	fi
+	for line in "${_lxpu_warnings[@]}"; do _lxpu_warn "$line"; done
 	_lxpu_say "inputs hash: $_lxpu_inputs_hash"
 	_lxpu_say "host:        ${HOSTNAME:-$(uname -n)}${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
 	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
@@ -583,16 +642,19 @@ _lxpu_step_check() {
 	_lxpu_say "disk:        $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed"
 	((free_kib >= need_gib * 1048576)) ||
 		_lxpu_fail "only $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed: free space or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB overrides the check)"
+}
 
-	if [[ -n "$LXPU_SITE_MODULES" ]]; then
-		if ! declare -F module >/dev/null; then
-			local init="${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash"
-			[[ -f "$init" ]] || _lxpu_fail "site $LXPU_SITE needs the modules '$LXPU_SITE_MODULES' but Lmod's module command is missing: run from a login shell"
-			# shellcheck disable=SC1090
-			source "$init"
-		fi
-		# shellcheck disable=SC2086
-		_lxpu_run module load $LXPU_SITE_MODULES
+# The pins the install resolves: the recipe's requirements and pinned build tools, or the lock's entries.
+_lxpu_say_pins() {
+	local pins=() tools=()
+	mapfile -t pins < <(lxpu_requirements "$_lxpu_variant")
+	tools=("${LXPU_BUILD_TOOLS[@]}")
+	if [[ -n "$_lxpu_lock_path" ]]; then
+		_lxpu_say "pins:        ${pins[*]}, with every dependency from the lock: $(grep -c '^[A-Za-z0-9]' "$_lxpu_lock_path") packages, sha256-checked"
+		_lxpu_say "build tools: ${tools[*]} (from the lock, sha256-checked)"
+	else
+		_lxpu_say "pins:        ${pins[*]} (no lock: dependencies resolved by pip, recorded in the manifest)"
+		_lxpu_say "build tools: ${tools[*]} (pinned, no hash: the recipe has no lock)"
 	fi
 }
 
@@ -710,7 +772,8 @@ _lxpu_install_packages() {
 		hashes=(--require-hashes)
 		[[ "$_lxpu_dry_run" == 1 ]] || cp "$_lxpu_lock_path" "$reqs"
 	elif [[ "$_lxpu_dry_run" != 1 ]]; then
-		lxpu_requirements "$_lxpu_variant" >"$reqs"
+		# The pinned build tools go in with the pins (a lock has them already, hashed).
+		{ lxpu_requirements "$_lxpu_variant" && printf '%s\n' "${LXPU_BUILD_TOOLS[@]}"; } >"$reqs"
 	fi
 	if [[ -n "$_lxpu_base_python" && "$_lxpu_dry_run" != 1 ]]; then
 		_lxpu_drop_base_packages "$reqs"
@@ -766,18 +829,38 @@ _lxpu_install_runtime() {
 import importlib.metadata as m, importlib.util as u, sys
 v = tuple(int(x) for x in m.version("setuptools").split(".")[:2])
 sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
-		_lxpu_say "(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel)"
-		_lxpu_pip install "${_lxpu_pip_options[@]}" "setuptools>=70.1"
+		_lxpu_say "(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build tools)"
+		_lxpu_install_build_tools
 	fi
 	_lxpu_pip wheel --no-deps --no-build-isolation --wheel-dir "$wheels" "$build"
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
-		_lxpu_pip install "${_lxpu_pip_options[@]}" "$wheels/lightning_xpu-<version>-py3-none-any.whl"
+		_lxpu_pip install "${_lxpu_pip_options[@]}" "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
 		return 0
 	fi
 	rm -rf "$build"
 	local wheel=("$wheels"/lightning_xpu-*.whl)
 	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
 	_lxpu_pip install "${_lxpu_pip_options[@]}" "${wheel[0]}"
+}
+
+# The recipe's pinned build tools (LXPU_BUILD_TOOLS), with the lock's hashes when the recipe has a lock.
+_lxpu_install_build_tools() {
+	local reqs="$_lxpu_env/share/lightning-xpu/build-requirements.txt"
+	if [[ -z "$_lxpu_lock_path" ]]; then
+		_lxpu_pip install "${_lxpu_pip_options[@]}" "${LXPU_BUILD_TOOLS[@]}"
+		return 0
+	fi
+	_lxpu_say "+ write $(_lxpu_quote "$reqs") (${LXPU_BUILD_TOOLS[*]} with their hashes from the lock)"
+	if [[ "$_lxpu_dry_run" != 1 ]]; then
+		printf '%s\n' "${LXPU_BUILD_TOOLS[@]}" | awk 'NR == FNR { want[$0] = 1; next }
+			/^[A-Za-z0-9]/ { keep = ($1 in want) } keep' - "$_lxpu_lock_path" >"$reqs"
+	fi
+	_lxpu_pip install --require-hashes "${_lxpu_pip_options[@]}" -r "$reqs"
+}
+
+# lightning_xpu's version, as its wheel will carry it (pyproject.toml).
+_lxpu_package_version() {
+	sed -n 's/^version = "\([^"]*\)"$/\1/p' "$_lxpu_source/pyproject.toml" | head -n 1
 }
 
 _lxpu_enable_hook() {
@@ -1025,6 +1108,7 @@ lxpu_main() {
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
 	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
+	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
 
 	trap _lxpu_on_exit EXIT
 	trap '_lxpu_on_error $? "$BASH_COMMAND"' ERR
@@ -1041,6 +1125,7 @@ lxpu_main() {
 	_lxpu_parse_args "${env_args[@]}" "$@"
 	command -v flock >/dev/null || _lxpu_bad_input "flock (util-linux) is missing: install util-linux or load a module that has it"
 	_lxpu_validate
+	_lxpu_validate_repository
 	# Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
 	local name
 	for name in PYTHONPATH PYTHONHOME PYTHONSTARTUP; do

@@ -1,0 +1,152 @@
+"""What the install job tells an administrator before it changes anything, and how it treats site modules.
+
+- `--dry-run` prints the resolved pins and build tools, the package sources, which environment manager it chose
+  and why, whether each site module exists, and warns when the xpu variant meets no Intel GPU; it names the real
+  lightning_xpu wheel, never a placeholder.
+- The site's modules, then the site's Python module, are loaded before Python is looked up (real Lmod; the
+  modules are stand-ins written here).
+- The oneAPI rule (recipes/matrix.toml): a site module that brings oneAPI of another year than a version's XPU
+  wheels bundle is left out of that version's job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import tomllib
+from recipe_helpers import LMOD_INIT, REPO, Recipes, Rendered, bash, edit, require, run_render
+
+STAND_IN = "-- TEST STAND-IN for a site module ({name}); not a real one.\n{body}"
+
+
+def _dry_run(job: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    done = bash(f'bash "{job}" --dry-run {" ".join(args)}', env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_dry_run_prints_pins_sources_manager_and_modules(recipes: Recipes, tmp_path: Path) -> None:
+    version = recipes.matrix.version("2.13")
+    job = REPO / "scripts/generic/install_lightning_2.13.sh"
+    code, out = _dry_run(job, "--variant", "cpu", "--pip-source", "system", "--prefix", f'"{tmp_path / "p"}"')
+    assert code == 0, out
+    pins = " ".join(version.variants["cpu"].requirements())
+    tools = " ".join(tool.requirement("") for tool in recipes.matrix.tools)
+    assert f"\npins:        {pins}, with every dependency from the lock: " in out
+    assert f"\nbuild tools: {tools} (from the lock, sha256-checked)\n" in out
+    assert "\nsources:     system; lock " in out
+    assert "\nenvironment: venv (site generic's default), Python 3.11 (" in out
+    assert "\nmodule:      none to load\n" in out
+    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert f"/lightning_xpu-{package}-py3-none-any.whl\n" in out and "<version>" not in out
+    assert not (tmp_path / "p").exists()
+
+    code, out = _dry_run(job, "--variant", "xpu", "--prefix", f'"{tmp_path / "p"}"')
+    assert code == 0, out
+    assert f"\npins:        {' '.join(version.variants['xpu'].requirements())} (no lock: " in out
+    assert f"\nbuild tools: {tools} (pinned, no hash: the recipe has no lock)\n" in out
+    assert "\nsources:     recipe --index-url " in out
+    warning = "WARNING: the xpu variant needs an Intel GPU and none is visible here"
+    if any(Path("/sys/class/drm").glob("card*/device/vendor")):
+        pytest.skip("this machine has a GPU: the no-GPU warning is for machines without one")
+    assert warning in out
+
+
+def _site_with_modules(temp_repo: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """The generic 2.13 job of a site that names a site module and a Python module; a module tree holding
+    both (the Python module puts a python3.11 of its own first on PATH); an environment without Lmod loaded."""
+    edit(
+        temp_repo / "recipes/sites/generic.toml",
+        "modules = []\n",
+        'modules = ["lxpu-test/site"]\npython_module = "lxpu-test/python"\n',
+    )
+    out = temp_repo / "out"
+    done = run_render("render", "--torch", "2.13", "--site", "generic", "--out", str(out), repo=temp_repo)
+    assert done.returncode == 0, done.stderr
+    python_dir = tmp_path / "python from a module"
+    python_dir.mkdir()
+    real = shutil.which("python3.11")
+    assert real, "python3.11 is needed on PATH"
+    (python_dir / "python3.11").symlink_to(real)
+    modules = tmp_path / "modules"
+    (modules / "lxpu-test").mkdir(parents=True)
+    (modules / "lxpu-test/site.lua").write_text(STAND_IN.format(name="site", body=""))
+    body = f'prepend_path("PATH", "{python_dir}")\n'
+    (modules / "lxpu-test/python.lua").write_text(STAND_IN.format(name="python", body=body))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LMOD", "MODULE", "_ModuleTable", "BASH_FUNC"))
+    }
+    env["MODULEPATH"] = str(modules)
+    return out / "scripts/generic/install_lightning_2.13.sh", python_dir, env
+
+
+def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Path) -> None:
+    require(LMOD_INIT.is_file(), "Lmod")
+    job, python_dir, env = _site_with_modules(temp_repo, tmp_path)
+    code, out = _dry_run(
+        job, "--variant", "cpu", "--source", f'"{REPO}"', "--prefix", f'"{tmp_path / "p"}"', env=env
+    )
+    assert code == 0, out
+    assert "\nmodule:      lxpu-test/site: loaded (site module)\n" in out
+    assert "\nmodule:      lxpu-test/python: loaded (Python module)\n" in out
+    assert f"\nenvironment: venv (site generic's default), Python 3.11 ({python_dir}/python3.11)\n" in out
+
+    (tmp_path / "modules/lxpu-test/site.lua").unlink()
+    code, out = _dry_run(
+        job, "--variant", "cpu", "--source", f'"{REPO}"', "--prefix", f'"{tmp_path / "p"}"', env=env
+    )
+    assert code == 0, out
+    assert (
+        "\nmodule:      lxpu-test/site: NOT FOUND (site module; module avail lxpu-test/site shows nothing)\n"
+        in out
+    )
+    real = bash(f'bash "{job}" --variant cpu --source "{REPO}" --prefix "{tmp_path / "p"}"', env)
+    assert real.returncode == 2 and real.stdout == ""
+    assert real.stderr == (
+        "install_lightning_2.13.sh: error: site module lxpu-test/site does not exist here (module avail "
+        "lxpu-test/site): run on a machine of site generic, or change recipes/sites/generic.toml\n"
+    )
+    assert not (tmp_path / "p").exists()
+
+
+def _job_modules(text: str) -> tuple[str, str]:
+    values = dict(line.split("=", 1) for line in text.splitlines() if line.startswith("LXPU_SITE_MODULES"))
+    return values["LXPU_SITE_MODULES"], values["LXPU_SITE_MODULES_LEFT_OUT"]
+
+
+def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, recipes: Recipes) -> None:
+    """Dawn's default environment brings oneAPI 2025: kept for 2.12 (2025 wheels), left out for 2.13 (2026
+    wheels, whose notes say not to mix) and for a version whose oneAPI is unverified."""
+    assert recipes.sites["dawn"].oneapi_modules == {"rhel9/default-dawn": "2025"}
+    kept = _job_modules(rendered.text("scripts/dawn/install_lightning_2.12.sh"))
+    assert kept == ("rhel9/default-dawn", "''")
+    left_out = _job_modules(rendered.text("scripts/dawn/install_lightning_2.13.sh"))
+    assert left_out == (
+        "''",
+        "'rhel9/default-dawn (brings oneAPI 2025; the XPU wheels of PyTorch 2.13 bundle oneAPI 2026)'",
+    )
+    unverified = [v for v in recipes.matrix.versions.values() if not v.oneapi_generation]
+    for version in unverified:
+        text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
+        assert _job_modules(text)[1].endswith("bundle oneAPI an unverified generation)'")
+    for version in recipes.matrix.versions.values():
+        text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
+        assert ("rhel9/default-dawn" in _job_modules(text)[0]) == (version.oneapi_generation == "2025")
+
+
+def test_oneapi_module_must_be_a_site_module(temp_recipes: Path) -> None:
+    edit(
+        temp_recipes / "recipes/sites/dawn.toml",
+        '"rhel9/default-dawn" = { generation',
+        '"intel-oneapi/2025" = { generation',
+    )
+    done = run_render("list", repo=temp_recipes)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "render.py: error: recipes/sites/dawn.toml: oneapi_modules.\"intel-oneapi/2025\": 'intel-oneapi/2025' "
+        "is not one of this site's modules (rhel9/default-dawn)\n"
+    )
