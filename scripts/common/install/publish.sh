@@ -34,10 +34,14 @@ _lxpu_pid_start() {
 
 # A note for the last line: everything a run changed besides building (repairs, removals).
 _lxpu_note() {
+	_lxpu_note_quietly "$*"
+	_lxpu_say "${_lxpu_notes[-1]}"
+}
+
+_lxpu_note_quietly() {
 	local note="$*"
 	[[ "$_lxpu_dry_run" != 1 ]] || note="(dry run, not done) $note"
 	_lxpu_notes+=("$note")
-	_lxpu_say "$note"
 }
 
 # The last line of a successful run: the engine's result plus what else changed. A run that changed or removed
@@ -390,7 +394,7 @@ _lxpu_remove_leftovers() {
 		_lxpu_run rm -rf "$path"
 		temporary=$((temporary + 1))
 	done
-	((temporary == 0)) || _lxpu_notes+=("removed $temporary temporary file(s) of a killed run")
+	((temporary == 0)) || _lxpu_note_quietly "removed $temporary temporary file(s) of a killed run"
 	while IFS= read -r name; do
 		[[ "$name" != "$_lxpu_current" && "$name" != "$previous" && "$name" != "${_lxpu_env##*/}" ]] || continue
 		if _lxpu_build_complete "$name"; then
@@ -404,7 +408,7 @@ _lxpu_remove_leftovers() {
 		fi
 		_lxpu_say "removing leftover $envs/$name (an incomplete build of a killed run; no lease holds it)"
 		_lxpu_run rm -rf "$envs/$name"
-		_lxpu_notes+=("removed the leftover $name of a killed run")
+		_lxpu_note_quietly "removed the leftover $name of a killed run"
 	done < <(_lxpu_builds)
 	_lxpu_kept_unpublished="$kept"
 }
@@ -566,7 +570,7 @@ _lxpu_admin_action() {
 	uninstall) _lxpu_uninstall ;;
 	rollback) _lxpu_rollback ;;
 	esac
-	[[ "$_lxpu_dry_run" != 1 ]] || _lxpu_result="dry run: nothing was changed (${_lxpu_result})"
+	[[ "$_lxpu_dry_run" != 1 ]] || _lxpu_result="dry run, nothing was changed; it would have: ${_lxpu_result}"
 }
 
 _lxpu_prune() {
