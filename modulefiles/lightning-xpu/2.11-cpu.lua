@@ -83,7 +83,8 @@ do
     if not isDir(leases) then lfs.mkdir(leases) end
     local f = io.open(pathJoin(leases, build .. "@" .. host .. "." .. name), "w")
     if f then
-      f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\npid=" .. pid .. "\npid_start="
+      f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\ncluster="
+        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\npid_start="
         .. (stat_fields(pid)[20] or "") .. "\nuser=" .. (os.getenv("USER") or "") .. "\ncreated="
         .. os.time() .. "\nwhat=module\n")
       f:close()

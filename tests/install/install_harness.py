@@ -438,3 +438,36 @@ def make_prebuilt_env(dest: Path, source: Path) -> Path:
 def prebuilt_args(source: Path) -> list[str]:
     """Install-job options that fit the prebuilt environment."""
     return ["--source", str(source), *PIP_SOURCE, "--base-python", base_python()]
+
+
+# ---- a torchrun job that outlives rebuilds ----
+
+# Each rank writes ready-<rank> (its sys.executable), waits for the file "go" (the rebuilds happen meanwhile),
+# then imports lazily, starts a subprocess with sys.executable and all-reduces: what a deleted or mixed build
+# breaks (ModuleNotFoundError, FileNotFoundError for sys.executable, workers exiting 255).
+TORCHRUN_WORKER = """
+import os, subprocess, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+rank = os.environ["RANK"]
+(out / f"ready-{rank}").write_text(sys.executable)
+while not (out / "go").exists():
+    time.sleep(0.2)
+import importlib
+importlib.import_module("lightning.pytorch.loggers.csv_logs")  # a lazy import, after the rebuilds
+import torch, torch.distributed as dist
+child = subprocess.run([sys.executable, "-c", "import lightning_xpu, torch; print(torch.__file__)"],
+                       capture_output=True, text=True)
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+(out / f"rank-{rank}").write_text(f"{child.returncode} {int(total.item())} {sys.executable}\\n{child.stderr}")
+"""
+
+
+def assert_torchrun_workers(out: Path, executable: str) -> None:
+    """Both ranks ran to the end after the rebuilds, with the interpreter they started with."""
+    for rank in ("0", "1"):
+        report = (out / f"rank-{rank}").read_text()
+        status, total, python = report.split("\n")[0].split()
+        assert (status, total, python) == ("0", "2", executable), report

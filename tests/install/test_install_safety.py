@@ -295,16 +295,18 @@ def test_prune_keeps_what_is_in_use(pre: Prebuilt, prefix: Path, holder: subproc
     c = recorded_previous(prefix, target(prefix))
     d = target(prefix)
     assert b in builds(prefix), "a rebuild deleted the build in use"
-    # A lease from another host without a scheduler cannot be checked: live until its age limit, and said so.
-    other = prefix / ".leases" / f"{a}@elsewhere.pid-1"
-    other.write_text(f"build={a}\nhost=elsewhere\njob=\npid=1\npid_start=1\ncreated={int(time.time())}\n")
+    # A lease from another host whose job this host cannot ask about (here: a job of another Slurm cluster on the
+    # same file system) is live until its age limit, and said so.
+    other = prefix / ".leases" / f"{a}@elsewhere.slurm-999999"
+    lease = f"build={a}\nhost=elsewhere\njob=slurm:999999\ncluster=another-cluster\npid=1\npid_start=1\n"
+    other.write_text(f"{lease}created={int(time.time())}\n")
     result = run(pre, prefix, "--prune", "--keep", "0")
     assert result.returncode == 0, result.output
     assert builds(prefix) == sorted([a, b, c, d])
-    assert "another host with no scheduler job: cannot be checked from here" in result.output
+    assert "(Slurm job 999999 of cluster another-cluster, not this one): cannot be checked from here" in result.output
     assert f"in use: process {holder.pid} on " in result.output and "the rollback build" in result.output
     assert "pruned: removed 0 build(s)" in result.last_line
-    other.write_text(f"build={a}\nhost=elsewhere\njob=\npid=1\npid_start=1\ncreated={int(time.time()) - 30 * 86400}\n")
+    other.write_text(f"{lease}created={int(time.time()) - 30 * 86400}\n")
     os.killpg(holder.pid, signal.SIGKILL)
     holder.wait()
     result = run(pre, prefix, "--prune", "--keep", "0")
@@ -372,24 +374,6 @@ def test_uninstall_keeps_builds_in_use_and_other_versions(
 
 # ---- a running torchrun job through two rebuilds (the real install) ----
 
-WORKER = """
-import os, subprocess, sys, time
-from pathlib import Path
-out = Path(sys.argv[1])
-rank = os.environ["RANK"]
-(out / f"ready-{rank}").write_text(sys.executable)
-while not (out / "go").exists():
-    time.sleep(0.2)
-import importlib
-importlib.import_module("lightning.pytorch.loggers.csv_logs")  # a lazy import, after the rebuilds
-import torch, torch.distributed as dist
-child = subprocess.run([sys.executable, "-c", "import lightning_xpu, torch; print(torch.__file__)"],
-                       capture_output=True, text=True)
-dist.init_process_group("gloo")
-total = torch.ones(1)
-dist.all_reduce(total)
-(out / f"rank-{rank}").write_text(f"{child.returncode} {int(total.item())} {sys.executable}\\n{child.stderr}")
-"""
 
 
 def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall, pre: Prebuilt, tmp_path: Path) -> None:
@@ -398,7 +382,7 @@ def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall,
     original = target(prefix)
     out = tmp_path / "job"
     out.mkdir()
-    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "worker.py").write_text(h.TORCHRUN_WORKER)
     script = h.with_module(
         prefix,
         f"torchrun --standalone --nproc_per_node=2 {h.q(tmp_path / 'worker.py')} {h.q(out)}",
@@ -434,9 +418,7 @@ def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall,
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    for rank in ("0", "1"):
-        status, total, python = (out / f"rank-{rank}").read_text().split("\n")[0].split()
-        assert (status, total, python) == ("0", "2", executable), (out / f"rank-{rank}").read_text()
+    h.assert_torchrun_workers(out, executable)
     # Back to the real build: two rollbacks follow the records; --prune removes the two test builds.
     for _ in range(2):
         assert run(pre, prefix, "--rollback").returncode == 0

@@ -118,16 +118,23 @@ _lxpu_size_of() { du -sh "$_lxpu_prefix/.envs/$1" 2>/dev/null | cut -f1; }
 
 # Is the lease file live? Prints why (one line) and returns 0 when live, 1 when it is stale.
 _lxpu_lease_live() {
-	local file="$1" key value host="" job="" pid="" pid_start="" created="" out status max_days age
+	local file="$1" key value host="" job="" cluster="" pid="" pid_start="" created="" out status max_days age
+	local what="no scheduler job"
 	while IFS='=' read -r key value; do
 		case "$key" in
 		host) host="$value" ;;
+		cluster) cluster="$value" ;;
 		job) job="$value" ;;
 		pid) pid="$value" ;;
 		pid_start) pid_start="$value" ;;
 		created) created="$value" ;;
 		esac
 	done 2>/dev/null <"$file"
+	# A job of another Slurm cluster sharing this file system cannot be asked about here: the age rule below.
+	if [[ "$job" == slurm:* && -n "$cluster" && "$cluster" != "$(_lxpu_slurm_cluster)" ]]; then
+		what="Slurm job ${job#slurm:} of cluster $cluster, not this one"
+		job=""
+	fi
 	case "$job" in
 	slurm:*)
 		if ! command -v squeue >/dev/null; then
@@ -177,12 +184,22 @@ _lxpu_lease_live() {
 	[[ "$created" =~ ^[0-9]+$ ]] || created="$(stat -c %Y "$file" 2>/dev/null || echo 0)"
 	age=$((($(date +%s) - created) / 86400))
 	if ((age < max_days)); then
-		printf 'process %s on %s, another host with no scheduler job: cannot be checked from here, treated as live until %s days old (LIGHTNING_XPU_LEASE_MAX_AGE_DAYS)' \
-			"${pid:-?}" "${host:-?}" "$max_days"
+		printf 'process %s on %s (%s): cannot be checked from here, treated as live until %s days old (LIGHTNING_XPU_LEASE_MAX_AGE_DAYS)' \
+			"${pid:-?}" "${host:-?}" "$what" "$max_days"
 		return 0
 	fi
-	printf 'process %s on %s, no scheduler job, older than %s days' "${pid:-?}" "${host:-?}" "$max_days"
+	printf 'process %s on %s (%s), older than %s days' "${pid:-?}" "${host:-?}" "$what" "$max_days"
 	return 1
+}
+
+# The Slurm cluster this runs in or submits to (empty without Slurm), looked up once.
+_lxpu_slurm_cluster() {
+	if [[ -z "${_lxpu_cluster_name+set}" ]]; then
+		_lxpu_cluster_name="${SLURM_CLUSTER_NAME:-}"
+		[[ -n "$_lxpu_cluster_name" ]] || ! command -v scontrol >/dev/null ||
+			_lxpu_cluster_name="$(scontrol show config 2>/dev/null | awk '$1 == "ClusterName" { print $3 }')" || true
+	fi
+	printf '%s' "$_lxpu_cluster_name"
 }
 
 # The live leases of a build, one description per line.
@@ -214,13 +231,14 @@ _lxpu_remove_stale_leases() {
 # file was deleted) removes a build in flight.
 _lxpu_take_install_lease() {
 	local job=""
+	_lxpu_slurm_cluster >/dev/null # looked up once, here, for the lease checks (they run in subshells)
 	[[ -z "${SLURM_JOB_ID:-}" ]] || job="slurm:$SLURM_JOB_ID"
 	[[ -z "${PBS_JOBID:-}" ]] || job="pbs:$PBS_JOBID"
 	_lxpu_lease_file="$_lxpu_prefix/.leases/${_lxpu_env##*/}@$(_lxpu_host).install-$$"
 	_lxpu_make_leases_dir
-	printf 'build=%s\nhost=%s\njob=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=install\n' \
-		"${_lxpu_env##*/}" "$(_lxpu_host)" "$job" "$$" "$(_lxpu_pid_start $$)" "$(id -un)" "$(date +%s)" \
-		>"$_lxpu_lease_file"
+	printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=install\n' \
+		"${_lxpu_env##*/}" "$(_lxpu_host)" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$(_lxpu_pid_start $$)" "$(id -un)" \
+		"$(date +%s)" >"$_lxpu_lease_file"
 }
 
 _lxpu_drop_install_lease() {
@@ -563,7 +581,7 @@ _lxpu_remove_build() {
 # Admin actions run under the install lock, after the links were validated (and repaired).
 _lxpu_admin_action() {
 	_lxpu_step_total=2
-	_lxpu_removed=()
+	_lxpu_removed=() _lxpu_kept=()
 	_lxpu_lock
 	case "$_lxpu_action" in
 	prune) _lxpu_prune ;;
@@ -573,65 +591,63 @@ _lxpu_admin_action() {
 	[[ "$_lxpu_dry_run" != 1 ]] || _lxpu_result="dry run, nothing was changed; it would have: ${_lxpu_result}"
 }
 
-_lxpu_prune() {
-	_lxpu_step "prune builds of $_lxpu_tag"
-	local name why n=0 age now kept=() cutoff=""
-	now="$(date +%s)"
-	[[ -z "$_lxpu_older_than" ]] || cutoff=$((now - _lxpu_older_than * 86400))
+# Remove every complete build of the tag except the published one, its rollback build, those with a live lease and
+# those --keep or --older-than keep. Sets _lxpu_kept (what stayed, and why) and _lxpu_removed.
+_lxpu_remove_unprotected() {
+	local name why n=0 age cutoff=""
+	_lxpu_kept=()
+	[[ -z "$_lxpu_older_than" ]] || cutoff=$(($(date +%s) - _lxpu_older_than * 86400))
 	_lxpu_remove_stale_leases
 	while IFS= read -r name; do
 		_lxpu_build_complete "$name" || continue # incomplete: in flight (leased), or a leftover (removed above)
 		n=$((n + 1))
+		why=""
 		if [[ -n "$_lxpu_keep" ]] && ((n <= _lxpu_keep)); then
-			kept+=("$name (one of the $_lxpu_keep newest)")
-			continue
+			why="one of the $_lxpu_keep newest"
+		elif [[ -n "$cutoff" ]]; then
+			age="$(stat -c %Y "$_lxpu_prefix/.envs/$name/manifest.json")"
+			((age <= cutoff)) || why="younger than $_lxpu_older_than days"
 		fi
-		age="$(stat -c %Y "$_lxpu_prefix/.envs/$name/manifest.json" 2>/dev/null || stat -c %Y "$_lxpu_prefix/.envs/$name")"
-		if [[ -n "$cutoff" ]] && ((age > cutoff)); then
-			kept+=("$name (younger than $_lxpu_older_than days)")
-			continue
-		fi
-		why="$(_lxpu_protected "$name")"
+		[[ -n "$why" ]] || why="$(_lxpu_protected "$name")"
 		if [[ -n "$why" ]]; then
 			_lxpu_say "keeping $name: $why"
-			kept+=("$name ($why)")
-			continue
+			_lxpu_kept+=("$name ($why)")
+		else
+			_lxpu_remove_build "$name"
 		fi
-		_lxpu_remove_build "$name"
 	done < <(_lxpu_builds)
-	_lxpu_result="pruned: removed ${#_lxpu_removed[@]} build(s)${_lxpu_removed[*]:+ (${_lxpu_removed[*]})}; kept ${#kept[@]}"
-	if ((${#kept[@]})); then
-		local item list=""
-		for item in "${kept[@]}"; do list+="${list:+, }$item"; done
-		_lxpu_result+=": $list"
-	fi
+}
+
+_lxpu_joined() {
+	local item list=""
+	for item in "$@"; do list+="${list:+, }$item"; done
+	printf '%s' "$list"
+}
+
+_lxpu_prune() {
+	_lxpu_step "prune builds of $_lxpu_tag"
+	_lxpu_remove_unprotected
+	_lxpu_result="pruned: removed ${#_lxpu_removed[@]} build(s)${_lxpu_removed[*]:+ (${_lxpu_removed[*]})}; kept ${#_lxpu_kept[@]}"
+	((${#_lxpu_kept[@]} == 0)) || _lxpu_result+=": $(_lxpu_joined "${_lxpu_kept[@]}")"
 }
 
 _lxpu_uninstall() {
 	_lxpu_step "uninstall $_lxpu_tag"
-	local name leases kept=() setup="$_lxpu_prefix/lightning-setup-$_lxpu_tag.sh"
-	local modfile="$_lxpu_prefix/modulefiles/lightning-xpu/$_lxpu_tag.lua"
+	local marker="$_lxpu_prefix/.envs/$_lxpu_tag.uninstalled"
 	# New loads stop first; jobs that loaded a build keep it through their lease.
-	_lxpu_run rm -f "$setup" "$modfile" "$_lxpu_prefix/$_lxpu_tag" "$_lxpu_prefix/.envs/$_lxpu_tag.previous"
+	_lxpu_run rm -f "$_lxpu_prefix/${_lxpu_setup_file##*/}" "$_lxpu_prefix/modulefiles/$_lxpu_module.lua" \
+		"$_lxpu_prefix/$_lxpu_tag" "$_lxpu_prefix/.envs/$_lxpu_tag.previous"
 	_lxpu_current=""
-	_lxpu_remove_stale_leases
-	while IFS= read -r name; do
-		leases="$(_lxpu_live_leases "$name")"
-		if [[ -n "$leases" ]]; then
-			_lxpu_say "keeping $name: in use: ${leases//$'\n'/; }"
-			kept+=("$name")
-			continue
-		fi
-		_lxpu_remove_build "$name"
-	done < <(_lxpu_builds)
-	if ((${#kept[@]})); then
+	_lxpu_remove_unprotected
+	_lxpu_result="uninstalled (setup script, modulefile and links removed; removed ${#_lxpu_removed[@]} build(s)"
+	if ((${#_lxpu_kept[@]})); then
 		# Marks the tag as removed, so no run repairs its link to a build kept only for running jobs.
-		_lxpu_say "+ write $_lxpu_prefix/.envs/$_lxpu_tag.uninstalled"
-		[[ "$_lxpu_dry_run" == 1 ]] || date -Iseconds >"$_lxpu_prefix/.envs/$_lxpu_tag.uninstalled"
-		_lxpu_result="uninstalled (setup script, modulefile and links removed; removed ${#_lxpu_removed[@]} build(s); kept ${#kept[@]} in use: ${kept[*]}; --prune --keep 0 removes them once their jobs have ended)"
+		_lxpu_say "+ write $marker"
+		[[ "$_lxpu_dry_run" == 1 ]] || date -Iseconds >"$marker"
+		_lxpu_result+="; kept ${#_lxpu_kept[@]} in use: $(_lxpu_joined "${_lxpu_kept[@]}"); --prune --keep 0 removes them once their jobs have ended)"
 	else
-		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$_lxpu_prefix/.envs/$_lxpu_tag.uninstalled"
-		_lxpu_result="uninstalled (setup script, modulefile and links removed; removed ${#_lxpu_removed[@]} build(s))"
+		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$marker"
+		_lxpu_result+=")"
 	fi
 }
 

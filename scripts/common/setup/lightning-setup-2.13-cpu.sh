@@ -44,8 +44,9 @@ _lxpu_setup() {
     fi
     start=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
     if ! { mkdir -p -- "$lease_dir" &&
-      printf 'build=%s\nhost=%s\njob=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
-        "${root##*/}" "$host" "$job" "$$" "$start" "${USER:-}" "$(date +%s)" >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
+      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
+        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$start" "${USER:-}" "$(date +%s)" \
+        >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
       echo "lightning-setup-2.13-cpu.sh: warning: cannot record a lease in $lease_dir: a --prune or --uninstall may remove ${root##*/} while you use it" >&2
     fi
   fi
