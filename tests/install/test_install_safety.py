@@ -144,6 +144,18 @@ def test_link_damage_is_repaired_or_refused(damage: str, pre: Prebuilt, prefix: 
     assert again.returncode == 0 and "already installed with these inputs: nothing changed" in again.last_line
 
 
+def test_truncated_manifest_of_the_published_build_is_said_and_kept(pre: Prebuilt, prefix: Path) -> None:
+    b = target(prefix)
+    manifest = prefix / ".envs" / b / "manifest.json"
+    manifest.write_text(manifest.read_text()[:200])
+    result = run(pre, prefix)
+    assert result.returncode == 0 and "installed" in result.last_line, result.output
+    assert f"the published build {b} has a missing or truncated manifest.json: it is kept" in result.output
+    assert "its manifest.json is missing or truncated: rebuilding" in result.output
+    assert target(prefix) != b and b in builds(prefix), "the damaged build was not kept"
+    assert recorded_previous(prefix, target(prefix)) == b and previous_link(prefix) == ""
+
+
 # ---- kills between publishing operations ----
 
 

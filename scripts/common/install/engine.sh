@@ -9,7 +9,8 @@
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
 #   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
 #   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename)
-#   <prefix>/.locks/<tag>.lock, <prefix>/logs/install-<tag>-<time>.log
+#   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
+# Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are in publish.sh.
 
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
@@ -595,8 +596,8 @@ _lxpu_step_check() {
 _lxpu_published_is_current() {
 	local root="$_lxpu_prefix/$_lxpu_tag" recorded
 	[[ -L "$root" ]] || return 1
-	if [[ ! -x "$root/bin/python" || ! -f "$root/manifest.json" ]]; then
-		_lxpu_say "the published build has no bin/python or no manifest.json: rebuilding"
+	if [[ ! -x "$root/bin/python" ]] || ! _lxpu_build_complete "$_lxpu_current"; then
+		_lxpu_say "the published build has no bin/python, or its manifest.json is missing or truncated: rebuilding"
 		return 1
 	fi
 	recorded="$("$root/bin/python" -c 'import json, sys

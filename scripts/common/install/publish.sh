@@ -354,8 +354,13 @@ _lxpu_check_links() {
 			name="${resolved##*/}"
 			[[ "$(cd "${resolved%/*}" 2>/dev/null && pwd -P)" == "$(cd "$envs" 2>/dev/null && pwd -P)" ]] ||
 				_lxpu_fail "$link points to $raw, outside $envs: this installer did not make that link; point it at a build in $envs (ls $envs) or move it away, then rerun"
-			_lxpu_build_complete "$name" ||
-				_lxpu_fail "$link points to $raw, which is not a complete build of $_lxpu_tag (no whole manifest.json with status installed): point it at a complete build in $envs (ls $envs), or remove the link, then rerun"
+			if ! _lxpu_build_complete "$name"; then
+				[[ "$name" == "$_lxpu_tag".* && -x "$resolved/bin/python" ]] ||
+					_lxpu_fail "$link points to $raw, which is not a complete build of $_lxpu_tag (no whole manifest.json with status installed): point it at a complete build in $envs (ls $envs), or remove the link, then rerun"
+				# An environment whose manifest was damaged: it stays published (jobs may use it) until a
+				# rebuild replaces it, and is never removed by an install.
+				_lxpu_warn "the published build $name has a missing or truncated manifest.json: it is kept; an install rebuilds"
+			fi
 			_lxpu_current="$name"
 			if [[ "$raw" != ".envs/$name" ]]; then
 				_lxpu_set_link "$link" ".envs/$name"
@@ -399,8 +404,9 @@ _lxpu_check_previous() {
 
 # ---- cleanup ------------------------------------------------------------------------------------------------
 
-# Under the lock: incomplete builds of killed runs that no live lease holds, and temporary files of killed runs.
-# Complete builds are never removed here, nor anything a link points to.
+# Under the lock: incomplete builds of killed runs (an install lease of theirs is left, and stale) that no live lease
+# holds, and temporary files of killed runs. Complete builds are never removed here, nor anything a link points
+# to, nor an incomplete build no install left a lease on (damaged by hand, or from an older installer: said).
 _lxpu_remove_leftovers() {
 	local envs="$_lxpu_prefix/.envs" path name previous="" leases kept=0 temporary=0
 	[[ -d "$envs" ]] || return 0
@@ -424,8 +430,12 @@ _lxpu_remove_leftovers() {
 			_lxpu_say "keeping the incomplete build $envs/$name: in use or in flight (${leases//$'\n'/; })"
 			continue
 		fi
+		if ! compgen -G "$_lxpu_prefix/.leases/$name@*.install-*" >/dev/null; then
+			_lxpu_say "keeping the incomplete build $envs/$name: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)"
+			continue
+		fi
 		_lxpu_say "removing leftover $envs/$name (an incomplete build of a killed run; no lease holds it)"
-		_lxpu_run rm -rf "$envs/$name"
+		_lxpu_run rm -rf "$envs/$name" "$_lxpu_prefix/.leases/$name@"*
 		_lxpu_note_quietly "removed the leftover $name of a killed run"
 	done < <(_lxpu_builds)
 	_lxpu_kept_unpublished="$kept"
@@ -484,8 +494,8 @@ _lxpu_publish() {
 	_lxpu_current="${_lxpu_env##*/}"
 	_lxpu_check_previous quiet
 	_lxpu_test_hook cleanup
-	_lxpu_remove_stale_leases
 	_lxpu_remove_leftovers
+	_lxpu_remove_stale_leases
 	_lxpu_hint_unused
 }
 
