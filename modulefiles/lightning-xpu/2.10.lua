@@ -32,6 +32,69 @@ if not prefix then
     .. "(as the install job puts it), not at " .. modfile)
 end
 local root = pathJoin(prefix, tag)
+-- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+-- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
+-- during the job changes nothing for it, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps
+-- installs, --prune and --uninstall from removing that build while this job or shell lives.
+do
+  local function follow(path)
+    for _ = 1, 8 do
+      local target = lfs.symlinkattributes(path, "target")
+      if not target then return path end
+      if target:sub(1, 1) ~= "/" then target = path:match("^(.*)/[^/]*$") .. "/" .. target end
+      path = target
+    end
+    return path
+  end
+  local loaded = os.getenv("LIGHTNING_XPU_ROOT") or ""
+  if mode() == "unload" and loaded:sub(1, #prefix + 7) == prefix .. "/.envs/" then
+    root = loaded -- unload exactly what was loaded, wherever the link points now
+  elseif mode() ~= "unload" then
+    root = follow(root)
+  end
+  local build = root:match("/%.envs/([^/]+)$")
+  if mode() == "load" and build and isFile(pathJoin(root, "bin/python")) then
+    local function first_line(path)
+      local f = io.open(path, "r")
+      if not f then return nil end
+      local line = f:read("*l")
+      f:close()
+      return line
+    end
+    local function stat_fields(pid) -- the fields of /proc/<pid>/stat after "(comm)", from "state" on
+      local fields = {}
+      for word in ((first_line("/proc/" .. pid .. "/stat") or ""):match("%) (.*)$") or ""):gmatch("%S+") do
+        fields[#fields + 1] = word
+      end
+      return fields
+    end
+    local host = first_line("/proc/sys/kernel/hostname") or "unknown-host"
+    local job, name, pid = "", nil, stat_fields("self")[4] or "" -- outside a scheduler: the session leader
+    if os.getenv("SLURM_JOB_ID") then
+      job = "slurm:" .. os.getenv("SLURM_JOB_ID")
+      name = "slurm-" .. os.getenv("SLURM_JOB_ID")
+    elseif os.getenv("PBS_JOBID") then
+      job = "pbs:" .. os.getenv("PBS_JOBID")
+      name = "pbs-" .. os.getenv("PBS_JOBID")
+    else
+      name = "pid-" .. pid
+    end
+    local leases = pathJoin(prefix, ".leases")
+    if not isDir(leases) then lfs.mkdir(leases) end
+    local f = io.open(pathJoin(leases, build .. "@" .. host .. "." .. name), "w")
+    if f then
+      f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\ncluster="
+        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\npid_start="
+        .. (stat_fields(pid)[20] or "") .. "\nuser=" .. (os.getenv("USER") or "") .. "\ncreated="
+        .. os.time() .. "\nwhat=module\n")
+      f:close()
+    else
+      LmodMessage("lightning-xpu/" .. tag .. ": warning: cannot record a lease in " .. leases
+        .. ": a --prune or --uninstall may remove " .. build .. " while you use it")
+    end
+  end
+end
+-- END build pinning and lease
 local site_env = pathJoin(root, "lightning-xpu-site.sh")
 if mode() == "load" then
   if not isFile(pathJoin(root, "bin/python")) then

@@ -173,14 +173,27 @@ def logs_of(prefix: Path) -> set[Path]:
     return set((prefix / "logs").glob(f"install-{TAG}-*.log"))
 
 
-def new_log(prefix: Path, before: set[Path]) -> Path | None:
-    created = sorted(logs_of(prefix) - before)
+def noop_log(prefix: Path) -> Path:
+    """The one log that runs which changed nothing share (each replaces the last: publish.sh)."""
+    return prefix / "logs" / f"install-{TAG}-noop.log"
+
+
+def log_times(prefix: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in logs_of(prefix)}
+
+
+def new_log(prefix: Path, before: set[Path] | dict[Path, int]) -> Path | None:
+    """The log a run wrote: a new file, or (given log_times) the no-op log it replaced."""
+    times = before if isinstance(before, dict) else {}
+    created = sorted(
+        path for path, mtime in log_times(prefix).items() if path not in before or times.get(path, mtime) != mtime
+    )
     assert len(created) <= 1, f"one run wrote several logs: {created}"
     return created[0] if created else None
 
 
 def run_job(job: Path, *args: str, prefix: Path, env: dict[str, str] | None = None) -> JobResult:
-    before = logs_of(prefix)
+    before = log_times(prefix)
     proc = subprocess.run(
         ["bash", str(job), "--prefix", str(prefix), *args],
         env=env or job_env(),
@@ -333,13 +346,18 @@ def env_dirs(prefix: Path) -> list[str]:
     )
 
 
+def build_complete(build: Path) -> bool:
+    """A complete build: a whole manifest with status installed (what publish.sh keeps)."""
+    try:
+        manifest = json.loads((build / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(manifest.get("status") == "installed")
+
+
 def kept_env_dirs(prefix: Path) -> list[str]:
-    """The builds a finished run keeps: the published one and the previous one."""
-    keep = [os.path.basename(os.readlink(prefix / TAG))]
-    previous = prefix / ".envs" / f"{TAG}.previous"
-    if previous.is_symlink():
-        keep.append(os.readlink(previous))
-    return sorted(keep)
+    """The builds a finished run keeps: every complete build (only --prune and --uninstall remove them)."""
+    return [name for name in env_dirs(prefix) if build_complete(prefix / ".envs" / name)]
 
 
 def wait_for_slurm_job(job_id: str, timeout: float = JOB_TIMEOUT_S) -> str:
@@ -347,9 +365,7 @@ def wait_for_slurm_job(job_id: str, timeout: float = JOB_TIMEOUT_S) -> str:
     deadline = time.monotonic() + timeout
     state = "UNKNOWN"
     while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30
-        ).stdout
+        out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
         for field in out.split():
             if field.startswith("JobState="):
                 state = field.split("=", 1)[1]
@@ -366,12 +382,92 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
     while time.monotonic() < deadline:
         if output.exists() and text in output.read_text(errors="replace"):
             return
-        out = subprocess.run(
-            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
-        ).stdout
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout
         if out.strip() not in ("PENDING", "RUNNING", "CONFIGURING"):
             if text in output.read_text(errors="replace"):
                 return
             raise AssertionError(f"job {job_id} ended ({out.strip()!r}) before printing {text!r}")
         time.sleep(0.5)
     raise AssertionError(f"{text!r} did not appear in {output} within {timeout} s")
+
+
+# ---- a small prebuilt environment: fault tests that need no real install ----
+
+
+def make_prebuilt_env(dest: Path, source: Path) -> Path:
+    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (publish.sh).
+
+    A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
+    visible, as --base-python does), lightning_xpu from the repository copy through a .pth file, the autoload
+    hook, the site files and a passing smoke result. It loads and runs like a real build, in a fraction of a
+    second and a few hundred kilobytes; the install job copies it into each new build.
+    """
+    base = base_python()
+    subprocess.run([base, "-m", "venv", "--without-pip", "--system-site-packages", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    version = subprocess.run(
+        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    base_sites = subprocess.run(
+        [base, "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    site_packages = dest / "lib" / f"python{version}" / "site-packages"
+    (site_packages / "_lightning_xpu_base.pth").write_text(base_sites)
+    (site_packages / "_lightning_xpu_source.pth").write_text(f"{source}\n")
+    (site_packages / "lightning_xpu-autoload.pth").write_text(
+        'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
+    )
+    (dest / "lightning-xpu-site.sh").write_text("")
+    (dest / "lightning-xpu-site-modules.txt").write_text("")
+    share = dest / "share" / "lightning-xpu"
+    share.mkdir(parents=True)
+    for name in ("smoke.py", "toy_fit.py"):
+        shutil.copy2(source / "scripts" / "common" / name, share / name)
+    (share / "bytecompile-failures.txt").write_text("")
+    smoke = {"checks": {"prebuilt": {"ok": True, "detail": "LXPU_TEST_PREBUILT: no smoke job ran"}}}
+    (share / "smoke.json").write_text(json.dumps(smoke))
+    return dest
+
+
+def prebuilt_args(source: Path) -> list[str]:
+    """Install-job options that fit the prebuilt environment."""
+    return ["--source", str(source), *PIP_SOURCE, "--base-python", base_python()]
+
+
+# ---- a torchrun job that outlives rebuilds ----
+
+# Each rank writes ready-<rank> (its sys.executable), waits for the file "go" (the rebuilds happen meanwhile),
+# then imports lazily, starts a subprocess with sys.executable and all-reduces: what a deleted or mixed build
+# breaks (ModuleNotFoundError, FileNotFoundError for sys.executable, workers exiting 255).
+TORCHRUN_WORKER = """
+import os, subprocess, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+rank = os.environ["RANK"]
+(out / f"ready-{rank}").write_text(sys.executable)
+while not (out / "go").exists():
+    time.sleep(0.2)
+import importlib
+importlib.import_module("lightning.pytorch.loggers.csv_logs")  # a lazy import, after the rebuilds
+import torch, torch.distributed as dist
+child = subprocess.run([sys.executable, "-c", "import lightning_xpu, torch; print(torch.__file__)"],
+                       capture_output=True, text=True)
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+(out / f"rank-{rank}").write_text(f"{child.returncode} {int(total.item())} {sys.executable}\\n{child.stderr}")
+"""
+
+
+def assert_torchrun_workers(out: Path, executable: str) -> None:
+    """Both ranks ran to the end after the rebuilds, with the interpreter they started with."""
+    for rank in ("0", "1"):
+        report = (out / f"rank-{rank}").read_text()
+        status, total, python = report.split("\n")[0].split()
+        assert (status, total, python) == ("0", "2", executable), report

@@ -133,13 +133,22 @@ def submit_and_wait(cluster: Cluster, script: Path, *sbatch_args: str) -> JobRes
     The state comes from the controller, never only from exit codes: a task launch failure can leave a job
     COMPLETED 0:0 (see the research notes), so callers check what the ranks wrote as well.
     """
+    return wait_for_job(cluster, submit(cluster, script, *sbatch_args), script.with_suffix(".out"))
+
+
+def submit(cluster: Cluster, script: Path, *sbatch_args: str) -> str:
+    """sbatch SCRIPT (output to SCRIPT.out); returns the job id at once."""
     output = script.with_suffix(".out")
     submitted = cluster.client(
         "sbatch", "--parsable", f"--chdir={script.parent}", f"--output={output}", "--time=4", *sbatch_args,
         str(script),
     )
     assert submitted.returncode == 0, f"sbatch failed: {submitted.stderr.strip()}"
-    job_id = submitted.stdout.strip().split(";")[0]
+    return submitted.stdout.strip().split(";")[0]
+
+
+def wait_for_job(cluster: Cluster, job_id: str, output: Path) -> JobResult:
+    """Wait for the job to end; its state comes from the controller."""
     deadline = time.monotonic() + JOB_WAIT_S
     fields: dict[str, str] = {}
     while time.monotonic() < deadline:

@@ -22,6 +22,7 @@ class FakeInstall:
     tag: str
     root: Path  # <prefix>/<tag>, the published symlink
     conda: bool
+    build: Path  # <prefix>/.envs/<tag>.build-1: what the module and setup script resolve <prefix>/<tag> to
 
 
 def make_install(rendered: Rendered, prefix: Path, tag: str, site: str, conda: bool) -> FakeInstall:
@@ -46,7 +47,7 @@ def make_install(rendered: Rendered, prefix: Path, tag: str, site: str, conda: b
     shutil.copy(rendered.path(f"modulefiles/lightning-xpu/{tag}.lua"), modulefiles / f"{tag}.lua")
     setup = rendered.path(f"envs/{site}/{tag}/lightning-setup-{tag}.sh")
     shutil.copy(setup, prefix / f"lightning-setup-{tag}.sh")
-    return FakeInstall(prefix, tag, root, conda)
+    return FakeInstall(prefix, tag, root, conda, build)
 
 
 def make_stand_ins(directory: Path, modules: set[str]) -> Path:

@@ -68,32 +68,34 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
 
 def test_smoke_job_calls_smoke_py(rendered: Rendered, tmp_path: Path) -> None:
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    install = make_install(rendered, prefix, "2.13-cpu", "generic", False)
     smoke = rendered.path("scripts/generic/smoke_lightning_2.13.sh")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = bash(f'bash "{smoke}" --prefix "{prefix}" --json "{tmp_path}/r.json"', env)
     assert done.returncode == 0, done.stderr
-    root = prefix / "2.13-cpu"
+    root = install.build  # the one build <prefix>/2.13-cpu points to when the smoke job starts
     assert done.stdout.splitlines()[-1] == "fake-python"
     assert f"lightning-xpu 2.13-cpu at {root}; report: {tmp_path}/r.json" in done.stdout
 
 
 def test_smoke_job_options_reach_smoke_py(rendered: Rendered, tmp_path: Path) -> None:
     prefix = tmp_path / "prefix"
+    builds = {}
     for tag in ("2.13", "2.13-cpu"):
         install = make_install(rendered, prefix, tag, "dawn", False)
         python = install.root / "bin/python"
         python.write_text('#!/bin/sh\necho "python $*"\n')
+        builds[tag] = install.build
     smoke = rendered.path("scripts/dawn/smoke_lightning_2.13.sh")
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     xpu = bash(f'bash "{smoke}" --prefix "{prefix}" --json j.json', env)
     assert (
         xpu.stdout.splitlines()[-1]
-        == f"python {prefix}/2.13/share/lightning-xpu/smoke.py --json j.json --require-xpu"
+        == f"python {builds['2.13']}/share/lightning-xpu/smoke.py --json j.json --require-xpu"
     )
     cpu = bash(f'bash "{smoke}" --prefix="{prefix}" --variant cpu --json j.json', env)
     assert (
-        cpu.stdout.splitlines()[-1] == f"python {prefix}/2.13-cpu/share/lightning-xpu/smoke.py --json j.json"
+        cpu.stdout.splitlines()[-1] == f"python {builds['2.13-cpu']}/share/lightning-xpu/smoke.py --json j.json"
     )
 
 

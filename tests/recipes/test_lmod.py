@@ -104,7 +104,7 @@ def test_modulefile_load_unload_round_trip(
     _run(install, stand_ins, home, out, user_set)
     before, loaded, after = _env(out / "before"), _env(out / "loaded"), _env(out / "after")
 
-    root = str(install.root)
+    root = str(install.build)  # resolved at load time: a rebuild never changes a loaded environment
     assert loaded["PATH"] == f"{root}/bin:{before['PATH']}"
     assert (out / "python").read_text().strip() == f"{root}/bin/python"
     assert loaded["CONDA_PREFIX" if conda else "VIRTUAL_ENV"] == root
@@ -149,6 +149,6 @@ def test_one_family_at_a_time(rendered: Rendered, recipes: Recipes, tmp_path: Pa
     done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     root, path = done.stdout.splitlines()[0].split("|")
-    assert root == str(second.root)
-    assert f"{second.root}/bin" in path.split(":") and f"{first.root}/bin" not in path.split(":")
+    assert root == str(second.build)
+    assert f"{second.build}/bin" in path.split(":") and f"{first.build}/bin" not in path.split(":")
     assert "lightning-xpu/2.13-cpu" not in done.stderr

@@ -51,7 +51,7 @@ def test_setup_script_twice_under_nounset(
     assert done.returncode == 0, done.stderr
     report, _, rest = done.stdout.partition("/")
     lines = ("/" + rest).splitlines()
-    root = str(install.root)
+    root = str(install.build)  # resolved at setup time: a rebuild never changes this shell's environment
     assert lines[0] == f"{root}/bin/python"
     got = _vars("\n".join(lines[1:]))
     # Only the variables it exports are new: no shell options, functions or helper variables left behind.
@@ -80,7 +80,7 @@ def test_user_values_win_and_relocation_works(rendered: Rendered, tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     assert _vars(done.stdout) == {
-        "LIGHTNING_XPU_ROOT": f"{moved}/2.7",
+        "LIGHTNING_XPU_ROOT": f"{moved}/.envs/{install.build.name}",
         "CCL_ATL_TRANSPORT": "mine",
         "ZE_FLAT_DEVICE_HIERARCHY": "FLAT",
     }
@@ -95,7 +95,7 @@ def test_switching_versions_replaces_the_old_bin(rendered: Rendered, tmp_path: P
         A=str(first.prefix / "lightning-setup-2.13-cpu.sh"),
         B=str(second.prefix / "lightning-setup-2.12-cpu.sh"),
     )
-    assert done.stdout.strip() == f"{second.root}/bin:/usr/bin:/bin"
+    assert done.stdout.strip() == f"{second.build}/bin:/usr/bin:/bin"
 
 
 def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rendered, tmp_path: Path) -> None:

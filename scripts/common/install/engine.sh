@@ -9,12 +9,17 @@
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
 #   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
 #   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename)
-#   <prefix>/.locks/<tag>.lock, <prefix>/logs/install-<tag>-<time>.log
+#   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
+# Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are in publish.sh.
 
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
 # shellcheck disable=SC2034  # read by the job
 LXPU_ENGINE_CONTRACT=3
+
+# Publishing, leases, links, cleanup, the lock and --prune/--uninstall/--rollback (never delete what is in use).
+# shellcheck source=scripts/common/install/publish.sh
+source "${BASH_SOURCE[0]%/*}/publish.sh"
 
 # ---- the recipe's data, by variant ----------------------------------------------------------------------------
 
@@ -83,14 +88,21 @@ Options:
   --lock-timeout SECONDS  how long to wait for another install of the same tag (default: 1800)
   --shared-group GROUP    shared install: the tree is made group GROUP, group-readable, read-only
   --force                 rebuild even when the inputs are unchanged
+  --rollback              publish again the build this one replaced (recorded in it); both are kept
+  --uninstall             remove this tag: setup script, modulefile, links and every build no job uses
+  --prune                 remove old builds of this tag, with --keep N (keep the N newest) and/or
+                          --older-than DAYS; never the published one, its rollback build or one in use
   --dry-run               print every step and command; change nothing
   -h, --help              this help
 
 Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spaces; e.g. for qsub -v),
 LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
 LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
-(free space required under the prefix).
-Exit status: 0 installed or already installed, 1 a step failed (see the log), 2 bad input.
+(free space required under the prefix), LIGHTNING_XPU_MIN_FREE_INODES (free files required).
+Builds are never deleted by an install: only --prune and --uninstall remove them, and never one that a job
+uses (module load and the setup script record a lease in <prefix>/.leases).
+Exit status: 0 installed, already installed, or the action done (after publishing, a failed clean-up is a
+WARNING, not a failure: the new build is live), 1 a step failed (see the log), 2 bad input.
 EOF
 }
 
@@ -203,7 +215,12 @@ _lxpu_on_exit() {
 		:
 	elif [[ "$status" == 0 ]]; then
 		_lxpu_step_end
-		printf 'lightning-xpu %s: %s (total %s s)\n' "${_lxpu_tag:-$LXPU_VERSION}" "${_lxpu_result:-done}" "$total"
+		printf 'lightning-xpu %s: %s (total %s s)\n' "${_lxpu_tag:-$LXPU_VERSION}" "$(_lxpu_final_result)" "$total"
+	elif [[ "$_lxpu_published" == 1 && "$_lxpu_dry_run" != 1 ]]; then
+		# The new build is live (scripts/common/install/publish.sh): never FAILED.
+		_lxpu_after_publish_failure "$status" "$total"
+		status=$?
+		_lxpu_cleanup_failed_build
 	elif [[ "$status" != 2 || -n "$_lxpu_step_name" ]]; then
 		where="before the first step"
 		[[ -n "$_lxpu_step_name" ]] && where="at step [$_lxpu_step_n/$_lxpu_step_total] $_lxpu_step_name"
@@ -217,23 +234,8 @@ _lxpu_on_exit() {
 		exec 1>&"$_lxpu_stdout_fd" 2>&"$_lxpu_stderr_fd"
 		wait "$_lxpu_tee_pid" 2>/dev/null
 	fi
+	_lxpu_finish "$status"
 	exit "$status"
-}
-
-# A failed or interrupted build removes its own staging environment and temporary files (a kill -9 cannot:
-# the next run does).
-_lxpu_cleanup_failed_build() {
-	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_lock_fd" ]] && return 0
-	rm -rf "$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$."*
-	[[ -z "$_lxpu_env" || "$_lxpu_published" == 1 ]] && return 0
-	[[ -d "$_lxpu_env" ]] || return 0
-	# A signal right after the publishing rename must not remove what is now live.
-	[[ "$(readlink "$_lxpu_prefix/$_lxpu_tag" 2>/dev/null)" != ".envs/$(basename "$_lxpu_env")" ]] || return 0
-	if [[ -f "$_lxpu_env/share/lightning-xpu/smoke.json" && -n "$_lxpu_log" ]]; then
-		cp "$_lxpu_env/share/lightning-xpu/smoke.json" "${_lxpu_log%.log}.smoke.json"
-	fi
-	printf 'removing the unpublished build %s\n' "$_lxpu_env"
-	rm -rf "$_lxpu_env"
 }
 
 _lxpu_start_log() {
@@ -273,8 +275,13 @@ _lxpu_parse_args() {
 			;;
 		--force) _lxpu_force=1 ;;
 		--dry-run) _lxpu_dry_run=1 ;;
+		--prune | --uninstall | --rollback)
+			[[ "$_lxpu_action" == install || "$_lxpu_action" == "${opt#--}" ]] ||
+				_lxpu_bad_input "--$_lxpu_action and $opt cannot be combined: pick one"
+			_lxpu_action="${opt#--}"
+			;;
 		--prefix | --variant | --env-manager | --base-python | --source | --pip-source | --index-url | \
-			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group)
+			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group | --keep | --older-than)
 			_lxpu_need_value "$@"
 			case "$opt" in
 			--prefix) _lxpu_prefix="$2" ;;
@@ -288,6 +295,8 @@ _lxpu_parse_args() {
 			--wheelhouse) _lxpu_wheelhouse="$2" ;;
 			--lock-timeout) _lxpu_lock_timeout="$2" ;;
 			--shared-group) _lxpu_shared_group="$2" ;;
+			--keep) _lxpu_keep="$2" ;;
+			--older-than) _lxpu_older_than="$2" ;;
 			esac
 			shift
 			;;
@@ -628,20 +637,7 @@ _lxpu_step_check() {
 	_lxpu_say "host:        ${HOSTNAME:-$(uname -n)}${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
 	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
 
-	local need_gib free_kib dir="$_lxpu_prefix"
-	need_gib="${LIGHTNING_XPU_MIN_FREE_GIB:-}"
-	if [[ -z "$need_gib" ]]; then
-		case "$_lxpu_variant" in
-		cpu) need_gib=3 ;;
-		*) need_gib=15 ;;
-		esac
-		[[ -z "$_lxpu_base_python" ]] || need_gib=1
-	fi
-	while [[ ! -e "$dir" ]]; do dir="$(dirname "$dir")"; done
-	free_kib="$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')"
-	_lxpu_say "disk:        $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed"
-	((free_kib >= need_gib * 1048576)) ||
-		_lxpu_fail "only $((free_kib / 1048576)) GiB free under $dir, $need_gib GiB needed: free space or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB overrides the check)"
+	_lxpu_check_space
 }
 
 # The pins the install resolves: the recipe's requirements and pinned build tools, or the lock's entries.
@@ -658,50 +654,14 @@ _lxpu_say_pins() {
 	fi
 }
 
-_lxpu_lock() {
-	_lxpu_step "take the install lock"
-	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" holder="" me tries=0
-	_lxpu_say "+ flock $(_lxpu_quote "$lockfile") (wait up to $_lxpu_lock_timeout s)"
-	[[ "$_lxpu_dry_run" == 1 ]] && return 0
-	mkdir -p "$_lxpu_prefix/.locks"
-	me="pid $$ host ${HOSTNAME:-$(uname -n)} since $(date -Iseconds)"
-	# Opened read-write without truncating: the holder's pid and host stay readable for waiters.
-	exec {_lxpu_lock_fd}<>"$lockfile"
-	if ! flock -n "$_lxpu_lock_fd"; then
-		# The holder writes its line right after taking the lock: give it a moment if it is not there yet.
-		while [[ "$holder" != pid* && $tries -lt 10 ]]; do
-			holder="$(<"$lockfile")" || true
-			[[ "$holder" == pid* ]] || sleep 0.2
-			tries=$((tries + 1))
-		done
-		_lxpu_say "another install of $_lxpu_tag holds $lockfile: ${holder:-unknown holder}; waiting up to $_lxpu_lock_timeout s"
-		flock -w "$_lxpu_lock_timeout" "$_lxpu_lock_fd" ||
-			_lxpu_fail "another install of $_lxpu_tag (${holder:-unknown holder}) still holds $lockfile after $_lxpu_lock_timeout s: wait for it to finish or raise --lock-timeout"
-	fi
-	printf '%s\n' "$me" >"$lockfile"
-	_lxpu_remove_leftovers
-}
-
-# Under the lock, every build dir of this tag that is neither published nor kept as the previous one is a
-# leftover of a killed run; so are temporary files named .tmp.<tag>.*.
-_lxpu_remove_leftovers() {
-	local envs="$_lxpu_prefix/.envs" keep_current="" keep_previous="" path name
-	[[ -d "$envs" ]] || return 0
-	[[ -L "$_lxpu_prefix/$_lxpu_tag" ]] && keep_current="$(basename "$(readlink "$_lxpu_prefix/$_lxpu_tag")")"
-	[[ -L "$envs/$_lxpu_tag.previous" ]] && keep_previous="$(basename "$(readlink "$envs/$_lxpu_tag.previous")")"
-	for path in "$envs/$_lxpu_tag".* "$envs/.tmp.$_lxpu_tag".*; do
-		[[ -e "$path" || -L "$path" ]] || continue
-		name="$(basename "$path")"
-		[[ "$name" == "$_lxpu_tag.previous" || "$name" == "$keep_current" || "$name" == "$keep_previous" ]] && continue
-		_lxpu_say "removing leftover $path"
-		rm -rf "$path"
-	done
-}
-
 # True (0) when the published install has exactly these inputs.
 _lxpu_published_is_current() {
 	local root="$_lxpu_prefix/$_lxpu_tag" recorded
-	[[ -L "$root" && -x "$root/bin/python" && -f "$root/manifest.json" ]] || return 1
+	[[ -L "$root" ]] || return 1
+	if [[ ! -x "$root/bin/python" ]] || ! _lxpu_build_complete "$_lxpu_current"; then
+		_lxpu_say "the published build has no bin/python, or its manifest.json is missing or truncated: rebuilding"
+		return 1
+	fi
 	recorded="$("$root/bin/python" -c 'import json, sys
 m = json.load(open(sys.argv[1]))
 print(m.get("inputs_hash", "") if m.get("status") == "installed" else "")' "$root/manifest.json" 2>/dev/null)" || return 1
@@ -1054,25 +1014,6 @@ _lxpu_share_permissions() {
 	chmod "$flag" g+rX,g-w "$@"
 }
 
-_lxpu_publish() {
-	_lxpu_step "publish"
-	local link="$_lxpu_prefix/$_lxpu_tag" old="" tmp_link="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.link"
-	local envs="$_lxpu_prefix/.envs"
-	_lxpu_share_permissions -R "$_lxpu_env"
-	[[ -L "$link" ]] && old="$(readlink "$link")"
-	# THE publishing rename: <prefix>/<tag> switches from the old build to the new one atomically.
-	_lxpu_run ln -s ".envs/$(basename "$_lxpu_env")" "$tmp_link"
-	_lxpu_run mv -T "$tmp_link" "$link"
-	_lxpu_published=1
-	if [[ -n "$old" && "$old" != ".envs/$(basename "$_lxpu_env")" ]]; then
-		# Keep the previous build for jobs still running from it; older ones are removed.
-		_lxpu_run ln -s "$(basename "$old")" "$envs/.tmp.$_lxpu_tag.$$.previous"
-		_lxpu_run mv -T "$envs/.tmp.$_lxpu_tag.$$.previous" "$envs/$_lxpu_tag.previous"
-	fi
-	_lxpu_write_entry_points
-	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_remove_leftovers
-}
-
 # Setup script and modulefile: identical for every build of a tag (they resolve <prefix>/<tag>), written by
 # temp file + rename and left untouched when unchanged.
 _lxpu_write_entry_points() {
@@ -1085,7 +1026,7 @@ _lxpu_write_entry_points() {
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
 	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
 	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
-	[[ -z "$_lxpu_shared_group" ]] || chgrp -h "$_lxpu_shared_group" "$_lxpu_prefix/$_lxpu_tag"
+	_lxpu_make_leases_dir
 }
 
 _lxpu_entry_points_current() {
@@ -1109,6 +1050,9 @@ lxpu_main() {
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
 	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
 	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
+	# publish.sh
+	_lxpu_action=install _lxpu_keep="" _lxpu_older_than="" _lxpu_notes=() _lxpu_noop=0 _lxpu_current=""
+	_lxpu_lease_file="" _lxpu_kept_unpublished=0 _lxpu_removed=()
 
 	trap _lxpu_on_exit EXIT
 	trap '_lxpu_on_error $? "$BASH_COMMAND"' ERR
@@ -1126,6 +1070,7 @@ lxpu_main() {
 	command -v flock >/dev/null || _lxpu_bad_input "flock (util-linux) is missing: install util-linux or load a module that has it"
 	_lxpu_validate
 	_lxpu_validate_repository
+	_lxpu_validate_action
 	# Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
 	local name
 	for name in PYTHONPATH PYTHONHOME PYTHONSTARTUP; do
@@ -1145,9 +1090,14 @@ lxpu_main() {
 	else
 		_lxpu_start_log
 	fi
+	if [[ "$_lxpu_action" != install ]]; then
+		_lxpu_admin_action
+		return 0
+	fi
 	_lxpu_step_check
 	_lxpu_lock
 	if [[ "$_lxpu_force" != 1 ]] && _lxpu_published_is_current; then
+		_lxpu_noop=1
 		if [[ "$_lxpu_dry_run" == 1 ]]; then
 			_lxpu_result="already installed with these inputs: nothing to do (--force rebuilds)"
 		elif _lxpu_entry_points_current; then
@@ -1159,6 +1109,7 @@ lxpu_main() {
 		_lxpu_env=""
 		return 0
 	fi
+	[[ -z "${LXPU_TEST_PREBUILT:-}" ]] || _lxpu_test_prebuilt # tests only: steps 3-8 from a prebuilt env
 	_lxpu_create_env
 	_lxpu_install_packages
 	_lxpu_install_runtime

@@ -19,8 +19,38 @@ fi
 
 _lxpu_setup() {
   local here root old modules_file name entries
+  local target hops lease_dir host lease job start
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
   root="$here/2.12"
+  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+  # resolve <prefix>/2.12 now to the ONE immutable build it points to, so a rebuild changes nothing for this
+  # shell, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and
+  # --uninstall from removing that build while this job (or, outside a scheduler, this shell) lives.
+  hops=0
+  while [ -L "$root" ] && [ "$hops" -lt 8 ]; do
+    target=$(readlink -- "$root") || break
+    case "$target" in /*) root=$target ;; *) root="${root%/*}/$target" ;; esac
+    hops=$((hops + 1))
+  done
+  if [ "${root%/*}" = "$here/.envs" ] && [ -x "$root/bin/python" ]; then
+    lease_dir="$here/.leases"
+    host=$(cat /proc/sys/kernel/hostname 2>/dev/null || uname -n)
+    job=""
+    lease="pid-$$"
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+      job="slurm:$SLURM_JOB_ID" lease="slurm-$SLURM_JOB_ID"
+    elif [ -n "${PBS_JOBID:-}" ]; then
+      job="pbs:$PBS_JOBID" lease="pbs-$PBS_JOBID"
+    fi
+    start=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
+    if ! { mkdir -p -- "$lease_dir" &&
+      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
+        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$start" "${USER:-}" "$(date +%s)" \
+        >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
+      echo "lightning-setup-2.12.sh: warning: cannot record a lease in $lease_dir: a --prune or --uninstall may remove ${root##*/} while you use it" >&2
+    fi
+  fi
+  # END build pinning and lease
   if [ ! -x "$root/bin/python" ] || [ ! -f "$root/lightning-xpu-site.sh" ]; then
     echo "lightning-setup-2.12.sh: no complete environment at $root: run install_lightning_2.12.sh --variant xpu --prefix $here" >&2
     return 1

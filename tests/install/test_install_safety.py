@@ -1,0 +1,440 @@
+"""Never delete what is in use (issue 12): one fault test per data-loss case the issue lists.
+
+- a job running `torchrun` through two rebuilds (the default and --force) keeps working;
+- each kind of link damage (a removed tag link, a dangling link, a deleted .previous, a manual rollback through
+  .previous, self-loops, a link to an incomplete build) is repaired or refused, and no build is deleted;
+- a kill between every pair of publishing operations keeps one consistent published build and its rollback;
+- a deleted lock file changes nothing; a full disk after publishing is not a failure;
+- logs/ does not grow per no-op run; the free-space check counts inodes;
+- --prune, --uninstall and --rollback keep what is in use (leases) and the other versions working.
+
+Everything except the torchrun test runs against a small prebuilt environment (install_harness.make_prebuilt_env,
+copied by the real install job under LXPU_TEST_PREBUILT): about a second per install run, no package installs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import install_harness as h
+import pytest
+
+pytestmark = pytest.mark.install
+
+PUBLISH_OPS = ["record", "entry-points", "link", "rename", "previous", "cleanup"]
+
+
+@dataclass
+class Prebuilt:
+    job: Path
+    source: Path
+    env: Path  # the prebuilt environment
+    template: Path  # a prefix with two builds: A (first), B (published, records A)
+
+
+def run(pre: Prebuilt, prefix: Path, *args: str, **env: str | None) -> h.JobResult:
+    return h.run_job(
+        pre.job,
+        *h.prebuilt_args(pre.source),
+        *args,
+        prefix=prefix,
+        env=h.job_env(LXPU_TEST_PREBUILT=str(pre.env), **env),
+    )
+
+
+def target(prefix: Path, tag: str = h.TAG) -> str:
+    """The build a published link resolves to (name), or '' when it does not resolve."""
+    path = prefix / tag
+    return Path(os.path.realpath(path)).name if path.exists() else ""
+
+
+def recorded_previous(prefix: Path, build: str) -> str:
+    record = prefix / ".envs" / build / "share" / "lightning-xpu" / "previous-build"
+    return record.read_text().strip() if record.is_file() else ""
+
+
+def previous_link(prefix: Path) -> str:
+    link = prefix / ".envs" / f"{h.TAG}.previous"
+    return os.readlink(link) if link.is_symlink() else ""
+
+
+def assert_consistent(prefix: Path) -> None:
+    """One published complete build; .previous is the rollback build recorded in it, and complete."""
+    current = target(prefix)
+    assert current and h.build_complete(prefix / ".envs" / current), f"{h.TAG} -> {current!r}"
+    previous = recorded_previous(prefix, current)
+    assert previous_link(prefix) == previous
+    if previous:
+        assert h.build_complete(prefix / ".envs" / previous), f"rollback build {previous} is not complete"
+
+
+@pytest.fixture(scope="module")
+def pre(install_job: Path, source_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Prebuilt:
+    work = tmp_path_factory.mktemp("prebuilt")
+    env = h.make_prebuilt_env(work / "env", source_repo)
+    template = work / "template prefix"
+    pre = Prebuilt(install_job, source_repo, env, template)
+    for args in ((), ("--force",)):
+        result = run(pre, template, *args)
+        assert result.returncode == 0 and "installed" in result.last_line, result.output
+    return pre
+
+
+@pytest.fixture
+def prefix(pre: Prebuilt, tmp_path: Path) -> Path:
+    """A copy of the template prefix (builds A and B, B published)."""
+    dest = tmp_path / "pre fix"
+    shutil.copytree(pre.template, dest, symlinks=True)
+    return dest
+
+
+def builds(prefix: Path) -> list[str]:
+    return h.env_dirs(prefix)
+
+
+# ---- link damage ----
+
+DAMAGE = {
+    # name: (shell commands run in the prefix, with A and B set; expected target after the run, or None: refused)
+    "removed tag link": ("rm 2.13-cpu", "B"),
+    "dangling tag link": ("ln -sfn .envs/2.13-cpu.gone 2.13-cpu", "B"),
+    "tag link self-loop": ("ln -sfn 2.13-cpu 2.13-cpu", "B"),
+    "deleted .previous": ("rm .envs/2.13-cpu.previous", "B"),
+    ".previous self-loop": ("ln -sfn 2.13-cpu.previous .envs/2.13-cpu.previous", "B"),
+    "manual rollback to .previous's build": ('ln -sfn ".envs/$A" 2.13-cpu', "A"),
+    "manual rollback through .previous": ("ln -sfn .envs/2.13-cpu.previous 2.13-cpu", "A"),
+    "link to an incomplete build": ("mkdir .envs/$X && ln -sfn .envs/$X 2.13-cpu", None),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_link_damage_is_repaired_or_refused(damage: str, pre: Prebuilt, prefix: Path) -> None:
+    commands, expected = DAMAGE[damage]
+    b = target(prefix)
+    a = recorded_previous(prefix, b)
+    assert a and previous_link(prefix) == a
+    before = builds(prefix)
+    incomplete = f"{h.TAG}.29990101T000000-1"
+    done = h.bash(f"cd {h.q(prefix)} && A={a} && B={b} && X={incomplete} && {commands}")
+    assert done.returncode == 0, done.stderr
+    names = (h.TAG, f".envs/{h.TAG}.previous")
+    links = {name: os.readlink(prefix / name) for name in names if (prefix / name).is_symlink()}
+    result = run(pre, prefix)
+    assert set(before) <= set(builds(prefix)), "a run deleted a build"
+    if expected is None:
+        assert result.returncode == 1, result.output
+        assert "is not a complete build" in result.last_line and "FAILED at step [2/" in result.last_line
+        assert {n: os.readlink(prefix / n) for n in links} == links, "a refused run changed the links"
+        return
+    assert result.returncode == 0, result.output
+    assert target(prefix) == {"A": a, "B": b}[expected]
+    assert os.readlink(prefix / h.TAG) == f".envs/{target(prefix)}", "the tag link is not normalised"
+    assert_consistent(prefix)
+    last = result.last_line
+    assert "nothing changed" not in last and ("repaired" in last or "removed" in last), last
+    # The next run finds nothing to repair.
+    again = run(pre, prefix)
+    assert again.returncode == 0 and "already installed with these inputs: nothing changed" in again.last_line
+
+
+def test_truncated_manifest_of_the_published_build_is_said_and_kept(pre: Prebuilt, prefix: Path) -> None:
+    b = target(prefix)
+    manifest = prefix / ".envs" / b / "manifest.json"
+    manifest.write_text(manifest.read_text()[:200])
+    result = run(pre, prefix)
+    assert result.returncode == 0 and "installed" in result.last_line, result.output
+    assert f"the published build {b} has a missing or truncated manifest.json: it is kept" in result.output
+    assert "its manifest.json is missing or truncated: rebuilding" in result.output
+    assert target(prefix) != b and b in builds(prefix), "the damaged build was not kept"
+    assert recorded_previous(prefix, target(prefix)) == b and previous_link(prefix) == ""
+
+
+# ---- kills between publishing operations ----
+
+
+def start(pre: Prebuilt, prefix: Path, output: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    return h.start_job(
+        pre.job,
+        *h.prebuilt_args(pre.source),
+        *args,
+        prefix=prefix,
+        output=output,
+        env=h.job_env(LXPU_TEST_PREBUILT=str(pre.env), **env),
+    )
+
+
+@pytest.mark.parametrize("op", PUBLISH_OPS)
+def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    pause = tmp_path / "pause"
+    pause.touch()
+    output = tmp_path / "job.out"
+    proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT=op, LXPU_TEST_PAUSE_FILE=str(pause))
+    h.wait_for_text(output, f"test pause before {op} ", proc, timeout=120)
+    h.kill_group(proc)
+    # Right after the kill -9: one published complete build, and the rollback build recorded in it exists.
+    current = target(prefix)
+    published_before_kill = PUBLISH_OPS.index(op) > PUBLISH_OPS.index("rename")
+    assert (current != b) == published_before_kill, f"killed before {op}: {h.TAG} -> {current}"
+    assert h.build_complete(prefix / ".envs" / current)
+    rollback = recorded_previous(prefix, current)
+    assert rollback and h.build_complete(prefix / ".envs" / rollback)
+    # The next run repairs what the kill left (.previous, temporary files) and deletes no complete build.
+    complete = h.kept_env_dirs(prefix)
+    result = run(pre, prefix)
+    assert result.returncode == 0, result.output
+    assert_consistent(prefix)
+    assert set(complete) <= set(builds(prefix))
+    assert not list((prefix / ".envs").glob(".tmp.*"))
+    # And the admin's rollback goes to the recorded build.
+    result = run(pre, prefix, "--rollback")
+    assert result.returncode == 0 and target(prefix) == rollback, result.output
+
+
+def test_disk_full_after_publishing_is_not_a_failure(pre: Prebuilt, prefix: Path) -> None:
+    b = target(prefix)
+    result = run(pre, prefix, "--force", LXPU_TEST_FAIL_AT="previous")
+    new = target(prefix)
+    assert new != b and h.build_complete(prefix / ".envs" / new)
+    assert result.returncode == 0, result.output
+    assert "FAILED" not in result.output
+    assert f"installed {prefix}/{h.TAG} -> .envs/{new}" in result.last_line
+    assert "No space left on device" in result.last_line
+    assert recorded_previous(prefix, new) == b
+    result = run(pre, prefix)
+    assert result.returncode == 0 and "repaired" in result.last_line, result.output
+    assert_consistent(prefix)
+
+
+def test_disk_full_before_publishing_keeps_the_old_build(pre: Prebuilt, prefix: Path) -> None:
+    b = target(prefix)
+    before = builds(prefix)
+    result = run(pre, prefix, "--force", LXPU_TEST_FAIL_AT="rename")
+    assert result.returncode == 1, result.output
+    assert "FAILED at step" in result.last_line and "No space left on device" in result.last_line
+    assert target(prefix) == b and builds(prefix) == before
+    assert_consistent(prefix)
+
+
+# ---- the lock ----
+
+
+def test_deleted_lock_file_changes_nothing(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    pause = tmp_path / "pause"
+    pause.touch()
+    first_out, second_out = tmp_path / "first.out", tmp_path / "second.out"
+    first = start(pre, prefix, first_out, "--force", LXPU_TEST_PAUSE_AT="rename", LXPU_TEST_PAUSE_FILE=str(pause))
+    h.wait_for_text(first_out, "test pause before rename ", first, timeout=120)
+    (prefix / ".locks" / f"{h.TAG}.lock").unlink()
+    second = start(pre, prefix, second_out, "--force")
+    h.wait_for_text(second_out, "its lock file", second, timeout=120)
+    assert "waiting" in second_out.read_text()
+    assert second.poll() is None and target(prefix) == b, "the second install went ahead"
+    pause.unlink()
+    assert first.wait(timeout=120) == 0, first_out.read_text()
+    assert second.wait(timeout=120) == 0, second_out.read_text()
+    first_build = first_out.read_text().strip().splitlines()[-1].split(" -> .envs/")[1].split()[0]
+    second_build = target(prefix)
+    assert first_build != second_build and h.build_complete(prefix / ".envs" / first_build)
+    assert recorded_previous(prefix, first_build) == b
+    assert recorded_previous(prefix, second_build) == first_build, "the two installs overlapped"
+    assert_consistent(prefix)
+
+
+# ---- logs and free space ----
+
+
+def test_noop_runs_do_not_grow_logs(pre: Prebuilt, prefix: Path) -> None:
+    first = run(pre, prefix)
+    assert "nothing changed" in first.last_line, first.output
+    files = sorted((prefix / "logs").iterdir())
+    for _ in range(2):
+        again = run(pre, prefix)
+        assert again.log == h.noop_log(prefix) and "nothing changed" in again.last_line
+    assert sorted((prefix / "logs").iterdir()) == files
+
+
+def test_logs_are_rotated(pre: Prebuilt, prefix: Path) -> None:
+    for _ in range(2):
+        assert run(pre, prefix, "--force", LIGHTNING_XPU_KEEP_LOGS="2").returncode == 0
+    assert len([p for p in (prefix / "logs").glob(f"install-{h.TAG}-2*.log")]) == 2
+
+
+def test_free_space_check_counts_files(pre: Prebuilt, prefix: Path) -> None:
+    result = run(pre, prefix, "--force", LIGHTNING_XPU_MIN_FREE_INODES=str(10**15))
+    assert result.returncode == 1, result.output
+    assert "FAILED at step [1/" in result.last_line and "free inodes (files)" in result.last_line
+    # The estimate comes from the published build's recorded size, in bytes and files.
+    result = run(pre, prefix, "--dry-run")
+    assert "files needed (the published build has " in result.output
+
+
+# ---- leases, --prune, --uninstall, --rollback ----
+
+
+@pytest.fixture
+def holder(prefix: Path) -> Iterator[subprocess.Popen[str]]:
+    """A 'job' outside a scheduler that sourced the setup script (lease: its shell) and runs on."""
+    proc = subprocess.Popen(
+        ["bash", "-c", f"source {h.q(prefix / f'lightning-setup-{h.TAG}.sh')} && echo ready && exec sleep 300"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None),
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_prune_keeps_what_is_in_use(pre: Prebuilt, prefix: Path, holder: subprocess.Popen[str]) -> None:
+    a = recorded_previous(prefix, target(prefix))
+    b = target(prefix)  # leased by the holder
+    leases = list((prefix / ".leases").glob(f"{b}@*"))
+    assert len(leases) == 1 and f"pid={holder.pid}\n" in leases[0].read_text()
+    for _ in range(2):
+        assert run(pre, prefix, "--force").returncode == 0
+    c = recorded_previous(prefix, target(prefix))
+    d = target(prefix)
+    assert b in builds(prefix), "a rebuild deleted the build in use"
+    # A lease from another host whose job this host cannot ask about (here: a job of another Slurm cluster on the
+    # same file system) is live until its age limit, and said so.
+    other = prefix / ".leases" / f"{a}@elsewhere.slurm-999999"
+    lease = f"build={a}\nhost=elsewhere\njob=slurm:999999\ncluster=another-cluster\npid=1\npid_start=1\n"
+    other.write_text(f"{lease}created={int(time.time())}\n")
+    result = run(pre, prefix, "--prune", "--keep", "0")
+    assert result.returncode == 0, result.output
+    assert builds(prefix) == sorted([a, b, c, d])
+    assert "(Slurm job 999999 of cluster another-cluster, not this one): cannot be checked from here" in result.output
+    assert f"in use: process {holder.pid} on " in result.output and "the rollback build" in result.output
+    assert "pruned: removed 0 build(s)" in result.last_line
+    other.write_text(f"{lease}created={int(time.time()) - 30 * 86400}\n")
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    result = run(pre, prefix, "--prune", "--keep", "0")
+    assert result.returncode == 0, result.output
+    assert builds(prefix) == sorted([c, d]), result.output
+    assert f"pruned: removed 2 build(s) ({b} {a})" in result.last_line
+    assert not list((prefix / ".leases").glob(f"{h.TAG}.*")), "stale leases survived --prune"
+    assert_consistent(prefix)
+
+
+def test_prune_needs_a_rule(pre: Prebuilt, prefix: Path) -> None:
+    result = run(pre, prefix, "--prune")
+    assert result.returncode == 2
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .endswith("--prune needs --keep N (keep the N newest builds) or --older-than DAYS: see --help")
+    )
+
+
+def test_rollback_and_the_module_follow_the_record(pre: Prebuilt, prefix: Path) -> None:
+    a, b = recorded_previous(prefix, target(prefix)), target(prefix)
+    result = run(pre, prefix, "--rollback")
+    assert result.returncode == 0 and target(prefix) == a, result.output
+    assert b in builds(prefix)
+    assert_consistent(prefix)
+    result = run(pre, prefix, "--rollback")
+    assert result.returncode == 1 and "records no rollback build" in result.last_line
+    assert target(prefix) == a
+    # The module and the setup script resolve to the one build the link points to at load time.
+    h.require(h.lmod_available(), "Lmod")
+    report = 'echo "$LIGHTNING_XPU_ROOT"; python -c "import sys; print(sys.prefix)"'
+    for script in (h.with_module(prefix, report), h.with_setup_script(prefix, report)):
+        done = h.bash(script)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [str(prefix / ".envs" / a)] * 2
+
+
+def test_uninstall_keeps_builds_in_use_and_other_versions(
+    pre: Prebuilt, prefix: Path, holder: subprocess.Popen[str]
+) -> None:
+    b = target(prefix)
+    other = run(pre, prefix, "--variant", "xpu")  # a second tag (2.13) beside 2.13-cpu
+    assert other.returncode == 0, other.output
+    other_build = target(prefix, "2.13")
+    result = run(pre, prefix, "--uninstall")
+    assert result.returncode == 0, result.output
+    assert f"kept 1 in use: {b}" in result.last_line
+    assert builds(prefix) == sorted([b, other_build])
+    for gone in (h.TAG, f"lightning-setup-{h.TAG}.sh", f"modulefiles/lightning-xpu/{h.TAG}.lua"):
+        assert not (prefix / gone).exists() and not (prefix / gone).is_symlink(), gone
+    assert target(prefix, "2.13") == other_build and (prefix / "lightning-setup-2.13.sh").is_file()
+    # No run resurrects the removed tag from the build kept for the running job.
+    assert run(pre, prefix, "--prune", "--keep", "0").returncode == 0
+    assert not (prefix / h.TAG).is_symlink() and b in builds(prefix)
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    result = run(pre, prefix, "--prune", "--keep", "0")
+    assert result.returncode == 0 and builds(prefix) == [other_build], result.output
+    # Installing again starts afresh.
+    result = run(pre, prefix)
+    assert result.returncode == 0 and "installed" in result.last_line, result.output
+    assert_consistent(prefix)
+
+
+# ---- a running torchrun job through two rebuilds (the real install) ----
+
+
+
+def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall, pre: Prebuilt, tmp_path: Path) -> None:
+    h.require(h.lmod_available(), "Lmod")
+    prefix = good_install.prefix
+    original = target(prefix)
+    out = tmp_path / "job"
+    out.mkdir()
+    (tmp_path / "worker.py").write_text(h.TORCHRUN_WORKER)
+    script = h.with_module(
+        prefix,
+        f"torchrun --standalone --nproc_per_node=2 {h.q(tmp_path / 'worker.py')} {h.q(out)}",
+    )
+    job = subprocess.Popen(
+        ["bash", "-c", script],
+        stdout=(tmp_path / "job.out").open("w"),
+        stderr=subprocess.STDOUT,
+        env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None, OMP_NUM_THREADS="1"),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(out.glob("ready-*"))) < 2:
+            assert job.poll() is None, (tmp_path / "job.out").read_text()
+            assert time.monotonic() < deadline, "torchrun workers did not start"
+            time.sleep(0.5)
+        executable = (out / "ready-0").read_text()
+        assert f"/.envs/{original}/bin/python" in executable
+        # Rebuild 1: the default run with changed inputs; rebuild 2: --force. Both publish in seconds.
+        for args in ((), ("--force",)):
+            result = run(pre, prefix, *args)
+            assert result.returncode == 0 and "installed" in result.last_line, result.output
+            assert target(prefix) != original
+        assert (prefix / ".envs" / original / "bin" / "torchrun").is_file(), "a rebuild deleted the job's build"
+        # Neither published nor the rollback build now: only the job's lease keeps it from --prune.
+        result = run(pre, prefix, "--prune", "--keep", "0")
+        assert result.returncode == 0 and f"keeping {original}: in use: process " in result.output, result.output
+        assert "removed 0 build(s)" in result.last_line
+        (out / "go").touch()
+        assert job.wait(timeout=300) == 0, (tmp_path / "job.out").read_text()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    h.assert_torchrun_workers(out, executable)
+    # Back to the real build: two rollbacks follow the records; --prune removes the two test builds.
+    for _ in range(2):
+        assert run(pre, prefix, "--rollback").returncode == 0
+    assert target(prefix) == original
+    result = run(pre, prefix, "--prune", "--keep", "0")
+    assert result.returncode == 0 and "removed 2 build(s)" in result.last_line, result.output
+    assert h.env_dirs(prefix) == [original]
