@@ -6,12 +6,15 @@ bytes or seconds on one machine (the page cache hides them here). This script co
 ``strace -f -y -e trace=%file`` for ``python -c 'import lightning, lightning_xpu'`` and for the toy fit
 (scripts/common/toy_fit.py), classifies every path, and prints a model for N nodes x R ranks.
 
-Path classes, first match wins: ``staged`` (the node-local copy), ``prefix`` (the install prefix on the shared file
-system, its real path and its parent directories included), ``base`` (the base interpreter's prefix, e.g. a Python module or pyenv; on a
-cluster this is on the shared file system too), ``home`` ($HOME and the user site, PYTHONUSERBASE), ``workdir``
-(the job's working directory, relative paths), ``system`` (the node's own OS: /usr, /lib, /etc, /proc, /sys,
-/dev), ``other``; ``fd`` only for a call on a descriptor whose path strace could not show. An fstat of an open
-file counts where the file lives (on Lustre it still asks the servers for attributes).
+Path classes, first match wins:
+  staged   the node-local copy
+  prefix   the install prefix on the shared file system (its real path and its parent directories included)
+  base     the base interpreter's prefix (a Python module, pyenv, ...; on a cluster also on the shared file system)
+  home     $HOME and the user site (PYTHONUSERBASE)
+  workdir  the job's working directory (and relative paths)
+  system   the node's own OS: /usr, /lib, /etc, /proc, /sys, /dev, ...
+  other    anything else; fd only for a call on a descriptor whose path strace could not show
+An fstat of an open file counts where the file lives (on Lustre it still asks the servers for attributes).
 
 Staged runs go through ``lightning-xpu-stage -- <command>`` (the wrapper form), so the staging itself (reading the
 image from the prefix, unpacking) is counted in the first rank of each node; later ranks of the node reuse it.
