@@ -130,6 +130,9 @@ def commit_of(source: Path) -> str:
 def job_env(**overrides: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    # No packed image (about a minute per install here): packing and staging are tested by
+    # tests/install/test_stage.py and, on the install CI's multinode stage builds, tests/multinode/test_staging.py.
+    env.setdefault("LIGHTNING_XPU_PACK", "0")
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)

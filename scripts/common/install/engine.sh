@@ -94,6 +94,8 @@ Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spa
 LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
 LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
 (free space required under the prefix).
+LIGHTNING_XPU_PACK=0: no packed image for node-local staging (lightning-xpu-stage); LIGHTNING_XPU_PACK_FORMAT
+tar.zst or tar.gz (default: tar.zst where zstd exists).
 Exit status: 0 installed or already installed, 1 a step failed (see the log), 2 bad input.
 EOF
 }

@@ -107,7 +107,11 @@ _lxpu_pack() {
 	_lxpu_step "pack the environment for node-local staging"
 	local dir="$_lxpu_env/share/lightning-xpu/pack" why
 	why="$(_lxpu_pack_refusal)"
-	if [[ -n "$why" ]]; then
+	if [[ "${LIGHTNING_XPU_PACK:-1}" == 0 ]]; then
+		_lxpu_say "$why"
+		[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_pack_record "$dir" refused "$why"
+		return 0
+	elif [[ -n "$why" ]]; then
 		_lxpu_warn "no packed image: $why; jobs run from the shared install"
 		[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_pack_record "$dir" refused "$why"
 		return 0
