@@ -3,15 +3,16 @@ LIGHTNING_XPU_STAGE=1, which broadcasts the packed image with sbcast and unpacks
 directory (ci/multinode/up.sh bind-mounts a private one per host at the same path); then the 4-rank DDP toy fit
 runs from those copies, every rank under strace.
 
-Asserted: on both hosts the ranks' Python executable and Lightning's module files lie under that host's node-local
-directory (the probe reads the host's mount table: the directory is that host's private one); the fit is correct
-(the same checks as the other two-host runs); the metadata operations on the shared prefix and base interpreter
-per node, staging included, are within the goal (benchmarks/metadata_ops.py counts them); every copy is gone
-after the job.
+Asserted: the install's manifest records the image and its sha256; on both hosts the ranks' Python executable
+and Lightning's module files lie under that host's node-local directory (the probe reads the host's mount table:
+the directory is that host's private one); the fit is correct (the same checks as the other two-host runs); the
+metadata operations on the shared prefix and base interpreter per node, staging included, are within the goal
+(benchmarks/metadata_ops.py counts them); every copy is gone after the job.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -97,12 +98,17 @@ def test_ddp_from_node_local_copies_staged_with_sbcast(
     lines = dict(line.split(" ", 1) for line in job.output.splitlines() if line.startswith(("shared-root", "staged")))
     shared_root, staged_root = lines["shared-root"], lines["staged-root"]
     assert staged_root.startswith(f"{node_local}/lxpu-stage."), job.describe()
+    # The image the install job packed, its sha256 in manifest.json.
+    pack = json.loads(Path(shared_root, "manifest.json").read_text())["pack"]
+    assert pack["status"] == "ok" and pack["base"]["staged"], pack
+    assert hashlib.sha256(Path(shared_root, pack["file"]).read_bytes()).hexdigest() == pack["sha256"]
 
     # Where each host's ranks import from: its own node-local directory.
     for host in cluster.nodes:
         probe = json.loads((tmp_path / f"probe-{host.name}.json").read_text())
         assert probe["mount_source"] is not None and probe["mount_source"].endswith(f"node-local.{host.name}"), probe
-        for field in ("executable", "prefix", "lightning", "lightning_xpu"):
+        assert probe["prefix"] == staged_root, probe
+        for field in ("executable", "lightning", "lightning_xpu"):
             assert probe[field].startswith(staged_root + "/"), (host.name, field, probe[field])
 
     reports, problems = read_reports(tmp_path / "ranks")

@@ -194,24 +194,91 @@ _lxpu_pack_choose_format() {
 	esac
 }
 
+# The copied interpreter, libpython and the standard library's extension modules name the base's lib/ in their
+# RUNPATH (absolute): every library lookup of every rank would probe it on the shared file system first. Rewritten
+# in place to NEW (relative to $ORIGIN: the copy's own lib/), where the old string is long enough and no other
+# name of the string table points into it; files without a RUNPATH are left alone. Where one cannot be rewritten
+# it stays, and lightning-xpu-stage puts the copy's lib/ on LD_LIBRARY_PATH (libpython=1 in pack.env).
+# _lxpu_pack_origin_runpath FILE... NEW
+_lxpu_pack_origin_runpath() {
+	local out
+	out="$("$_lxpu_py" - "$@" <<'PY' 2>&1 {_lxpu_lock_fd}>&-
+from __future__ import annotations
+
+import struct
+import sys
+
+
+def rewrite(path: str, new: bytes) -> str | None:
+    data = bytearray(open(path, "rb").read())
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return "not a 64-bit little-endian ELF file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    dynamic = next((s for s in sections if s[1] == 6), None)  # SHT_DYNAMIC
+    if dynamic is None:
+        return None
+    strtab = sections[dynamic[6]]  # sh_link: the dynamic string table
+    refs, runpath = [], None
+    for i in range(dynamic[5] // 16):
+        tag, value = struct.unpack_from("<qQ", data, dynamic[4] + i * 16)
+        if tag in (1, 14, 15, 29):  # DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH
+            refs.append(value)
+            if tag in (15, 29):
+                runpath = value
+    if runpath is None:
+        return None
+    for sec in sections:
+        if sec[1] == 11 and sections[sec[6]] == strtab:  # SHT_DYNSYM names
+            refs += [struct.unpack_from("<I", data, sec[4] + j * 24)[0] for j in range(sec[5] // 24)]
+    start = strtab[4] + runpath
+    end = data.index(b"\0", start)
+    if data[start:end] == new:
+        return None
+    if end - start < len(new) or any(runpath < r <= runpath + (end - start) for r in refs):
+        return "its RUNPATH is too short to rewrite in place, or shared with another name"
+    data[start:end] = new + b"\0" * (end - start - len(new))
+    open(path, "wb").write(bytes(data))
+    return None
+
+
+*files, new = sys.argv[1:]
+kept = [f"{f}: {why}" for f in files if (why := rewrite(f, new.encode()))]
+if kept:
+    sys.exit("; ".join(kept))
+PY
+	)" && return 0
+	_lxpu_say "RUNPATH kept (${out:0:300}): the copy's lib/ goes on LD_LIBRARY_PATH when staged"
+	_lxpu_pack_runpath_kept=1
+}
+
 # Write the image: the environment, and with WITH_BASE=1 the base interpreter merged into it (bin/pythonX.Y a
 # copy of the executable instead of a symlink, libpython in lib/, the standard library in lib/pythonX.Y/, and no
 # pyvenv.cfg: the copy is then a standalone Python that finds everything relative to its executable).
+# shellcheck disable=SC2016  # $ORIGIN is the dynamic loader's, written literally
 _lxpu_pack_tar() {
 	local dir="$1" with_base="$2" overlay="$1/.overlay" py="python$_lxpu_python_version" status=0
 	# tar's --exclude applies to the names after it, and --anchored keeps "python3.11/site-packages" (the base's)
 	# from matching the environment's own ./lib/python3.11/site-packages: the base parts come first.
 	local members=(--anchored)
+	_lxpu_pack_runpath_kept=0
 	rm -rf "$overlay" "$dir/.env.tmp"
 	if [[ "$with_base" == 1 ]]; then
 		mkdir -p "$overlay/bin" "$overlay/lib"
 		cp -p "$_lxpu_pack_base_exe" "$overlay/bin/$py"
+		mkdir -p "$overlay/lib/$py"
+		cp -Rp "$_lxpu_pack_base_stdlib/lib-dynload" "$overlay/lib/$py/"
 		[[ -z "$_lxpu_pack_base_libpython" ]] || cp -p "$_lxpu_pack_base_libpython" "$overlay/lib/"
+		_lxpu_pack_origin_runpath "$overlay/bin/$py" '$ORIGIN/../lib'
+		[[ -z "$_lxpu_pack_base_libpython" ]] ||
+			_lxpu_pack_origin_runpath "$overlay/lib/$(basename "$_lxpu_pack_base_libpython")" '$ORIGIN'
+		_lxpu_pack_origin_runpath "$overlay/lib/$py/lib-dynload/"*.so '$ORIGIN/../..'
 		members+=(-C "$overlay" ./bin ./lib
 			# The base's standard library as lib/pythonX.Y/ of the copy; its own site-packages stay out (the
 			# environment's are the ones wanted), as does its test suite.
 			-C "$(dirname "$_lxpu_pack_base_stdlib")" "--exclude=$py/site-packages" "--exclude=$py/dist-packages"
-			"--exclude=$py/test" "--transform=flags=r;s,^$py/,./lib/$py/," "$py/"
+			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py/,./lib/$py/," "$py/"
 			--exclude=./pyvenv.cfg "--exclude=./bin/$py")
 	fi
 	members+=(-C "$_lxpu_env" --exclude=./share/lightning-xpu/pack .)
@@ -283,7 +350,7 @@ _lxpu_pack_record() {
 		printf 'bytes=%s\n' "$bytes"
 		printf 'unpacked_bytes=%s\n' "$unpacked"
 		printf 'base_staged=%s\n' "$base"
-		printf 'libpython=%s\n' "$([[ "$base" == 1 && -n "${_lxpu_pack_base_libpython:-}" ]] && echo 1 || echo 0)"
+		printf 'libpython=%s\n' "$([[ "$base" == 1 && "${_lxpu_pack_runpath_kept:-0}" == 1 ]] && echo 1 || echo 0)"
 		printf 'site=%s\n' "$LXPU_SITE"
 		printf 'tag=%s\n' "$_lxpu_tag"
 		printf 'note=%s\n' "${note//$'\n'/ }"
