@@ -8,7 +8,8 @@
 # Each daemon runs in a private UTS and mount namespace too: its own hostname (slurmd refuses a node
 # name that differs from it), a hosts file naming the three hosts (gloo, Hydra and c10d resolve peers
 # by name), a private /dev/shm and its own boot id (MPI libraries use shared memory between processes
-# with the same boot id). Job tasks inherit all of it from their slurmd.
+# with the same boot id), and its own node-local directory (MN_NODE_LOCAL). Job tasks inherit all of it from
+# their slurmd.
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -22,6 +23,11 @@ MN_NS_PREFIX="${LXPU_MULTINODE_PREFIX:-lxpu-mn-}"
 MN_HOSTS=(ctl node1 node2)
 MN_NODES=(node1 node2)
 MN_CONF="$MN_DIR/slurm.conf"
+# Node-local storage: the same path on every host, privately bind-mounted per host from $MN_NODE_LOCAL.<host>
+# (the hosts share one file system otherwise), as /tmp or an NVMe disk is on a real compute node. Jobs that
+# stage the environment there (lightning-xpu-stage) read nothing of it from another host.
+# shellcheck disable=SC2034  # used by up.sh and status.sh
+MN_NODE_LOCAL="$MN_DIR/node-local"
 
 mn_check_settings() {
     [[ "$MN_DIR" != *[[:space:]]* ]] \

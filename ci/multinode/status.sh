@@ -11,7 +11,7 @@ Usage: bash ci/multinode/status.sh [--json] [--help]
 
 Prints each host's namespace, address and processes, then the node states from slurmctld.
 --json prints one JSON object instead: {"usable": bool, "slurm_conf": path, "state_dir": path,
-"hosts": {"ctl": {"namespace", "address", "up"}, "node1": {...}, "node2": {...}}}.
+"node_local": path (each host's own directory there is node_local.<host>), "hosts": {"ctl": {"namespace", "address", "up"}, "node1": {...}, "node2": {...}}}.
 Exit status: 0 when both nodes are idle or running jobs, 1 otherwise.
 USAGE
 }
@@ -33,7 +33,8 @@ human() {
 json() {
     local host sep="" usable=false
     mn_nodes_usable && usable=true
-    printf '{"usable": %s, "slurm_conf": "%s", "state_dir": "%s", "hosts": {' "$usable" "$MN_CONF" "$MN_DIR"
+    printf '{"usable": %s, "slurm_conf": "%s", "state_dir": "%s", "node_local": "%s", "hosts": {' "$usable" "$MN_CONF" \
+        "$MN_DIR" "$MN_NODE_LOCAL"
     for host in "${MN_HOSTS[@]}"; do
         local up=false
         mn_ns_exists "$host" && up=true

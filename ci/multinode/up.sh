@@ -17,7 +17,8 @@ Usage: bash ci/multinode/up.sh [--help]
 
 Starts the two-host cluster: namespaces $(mn_ns ctl) ($(mn_addr ctl), slurmctld), $(mn_ns node1)
 ($(mn_addr node1), slurmd node1) and $(mn_ns node2) ($(mn_addr node2), slurmd node2), joined by a bridge
-in $(mn_ns ctl); then waits until both nodes are idle. Leftovers of an earlier run are removed first.
+in $(mn_ns ctl); then waits until both nodes are idle. Each host sees its own node-local directory at
+$MN_NODE_LOCAL (backed by $MN_NODE_LOCAL.<host>). Leftovers of an earlier run are removed first.
 Submit jobs with: bash ci/multinode/client.sh sbatch ...    Stop with: bash ci/multinode/down.sh
 Needs root, iproute2, util-linux (nsenter, unshare), Slurm and a working munged
 (bash ci/services/munge.sh start).
@@ -76,7 +77,9 @@ write_files() {
             printf '%s %s\n' "$(mn_addr "$host")" "$host"
         done
     } >"$MN_HOSTS_FILE"
+    install -d -m 0755 "$MN_NODE_LOCAL"
     for host in "${MN_HOSTS[@]}"; do
+        install -d -m 1777 "$MN_NODE_LOCAL.$host"
         install -d -m 0755 "$MN_DIR/spool/$host"
         cat /proc/sys/kernel/random/uuid >"$MN_DIR/boot_id.$host"
     done
@@ -103,7 +106,8 @@ make_network() {
 }
 
 # start_on HOST LOG CMD...: run the daemon CMD as host HOST (its network namespace, plus a private UTS and
-# mount namespace with HOST's hostname, the cluster hosts file, a private /dev/shm and HOST's boot id).
+# mount namespace with HOST's hostname, the cluster hosts file, a private /dev/shm, HOST's boot id and HOST's
+# node-local directory at the common path MN_NODE_LOCAL).
 # `ip netns exec` is not used: it remounts /sys, and slurmd then finds no cgroup filesystem and dies.
 start_on() {
     local host="$1" log="$2"
@@ -118,9 +122,11 @@ start_on() {
             mount --bind "$2" /etc/hosts
             mount -t tmpfs -o mode=1777 tmpfs /dev/shm
             mount --bind "$3" /proc/sys/kernel/random/boot_id
-            shift 3
+            mount --bind "$4" "$5"
+            shift 5
             exec "$@"' \
-        start-on "$host" "$MN_HOSTS_FILE" "$MN_DIR/boot_id.$host" "$@" </dev/null >>"$log" 2>&1
+        start-on "$host" "$MN_HOSTS_FILE" "$MN_DIR/boot_id.$host" "$MN_NODE_LOCAL.$host" "$MN_NODE_LOCAL" "$@" \
+        </dev/null >>"$log" 2>&1
 }
 
 fail_with_logs() {

@@ -9,7 +9,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client lmod mpich shellcheck iproute2 util-linux procps)
+DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client lmod mpich shellcheck iproute2 util-linux procps strace zstd)
 # 2021.19 needs libfabric>=2.6, which is not on PyPI; 2021.18.1 is the newest self-contained release.
 IMPI_VERSION="${LXPU_IMPI_VERSION:-2021.18.1}"
 IMPI_VENV="$LXPU_REPO_ROOT/build/venvs/impi"

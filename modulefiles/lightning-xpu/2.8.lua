@@ -131,3 +131,14 @@ pushenv("LIGHTNING_XPU_ROOT", root)
 -- The site variables (only where the user has not set them). source_sh runs bash on the command string, so
 -- the path is single-quoted (a prefix may contain spaces).
 source_sh("bash", "'" .. site_env:gsub("'", "'\\''") .. "'")
+
+-- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
+-- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
+-- failure: the shared one, with a warning). Unloading does not undo the switch: end the job script instead.
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1"
+    and ((os.getenv("SLURM_JOB_ID") or "") ~= "" or (os.getenv("PBS_JOBID") or "") ~= "") then
+  local stage = pathJoin(root, "bin/lightning-xpu-stage")
+  if isFile(stage) then
+    execute{cmd = "eval \"$('" .. stage:gsub("'", "'\\''") .. "' --shell)\"", modeA = {"load"}}
+  end
+end

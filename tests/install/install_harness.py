@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -29,7 +30,8 @@ LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 # The machine's own pip configuration finds the local torch; never isolate pip from it.
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
-STEP_TOTAL = 10
+# The engine's step count, read from the engine (one place for it): steps are "[n/N] name ...".
+STEP_TOTAL = int(re.search(r"_lxpu_step_total=(\d+)", (REPO / "scripts/common/install/engine.sh").read_text())[1])
 STEP_MARKERS = {
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
@@ -130,6 +132,9 @@ def commit_of(source: Path) -> str:
 def job_env(**overrides: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
+    # No packed image (about a minute per install here): packing and staging are tested by
+    # tests/install/test_stage.py and, on the install CI's multinode stage builds, tests/multinode/test_staging.py.
+    env.setdefault("LIGHTNING_XPU_PACK", "0")
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)

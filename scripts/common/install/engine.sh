@@ -21,6 +21,10 @@ LXPU_ENGINE_CONTRACT=3
 # shellcheck source=scripts/common/install/publish.sh
 source "${BASH_SOURCE[0]%/*}/publish.sh"
 
+# Node-local staging (issue 15): the relocatable environment and its packed image.
+# shellcheck source=scripts/common/install/pack.sh
+source "${BASH_SOURCE[0]%/*}/pack.sh"
+
 # ---- the recipe's data, by variant ----------------------------------------------------------------------------
 
 # _lxpu_data NAME VARIANT: the job's LXPU_<NAME>_<VARIANT>, one line per element (nothing when empty).
@@ -99,6 +103,8 @@ Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spa
 LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
 LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
 (free space required under the prefix), LIGHTNING_XPU_MIN_FREE_INODES (free files required).
+LIGHTNING_XPU_PACK=0: no packed image for node-local staging (lightning-xpu-stage); LIGHTNING_XPU_PACK_FORMAT
+tar.zst or tar.gz (default: tar.zst where zstd exists).
 Builds are never deleted by an install: only --prune and --uninstall remove them, and never one that a job
 uses (module load and the setup script record a lease in <prefix>/.leases).
 Exit status: 0 installed, already installed, or the action done (after publishing, a failed clean-up is a
@@ -975,6 +981,7 @@ manifest = {
     "steps": steps,
     "bytecompile_failures": failures,
     "smoke": json.loads((share / "smoke.json").read_text()),
+    "pack": json.loads((share / "pack" / "pack.json").read_text()) if (share / "pack" / "pack.json").exists() else None,
 }
 tmp = Path(sys.argv[1] + ".tmp")
 tmp.write_text(json.dumps(manifest, indent=2) + "\n")
@@ -1045,7 +1052,7 @@ lxpu_main() {
 	_lxpu_pip_source="" _lxpu_index_url="" _lxpu_extra_index_urls=() _lxpu_wheelhouse=""
 	_lxpu_lock_timeout=1800 _lxpu_shared_group="" _lxpu_force=0 _lxpu_dry_run=0
 	_lxpu_tag="" _lxpu_log="" _lxpu_tee_pid="" _lxpu_lock_fd="" _lxpu_env="" _lxpu_published=0
-	_lxpu_step_n=0 _lxpu_step_total=10 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
+	_lxpu_step_n=0 _lxpu_step_total=11 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
 	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
@@ -1114,8 +1121,10 @@ lxpu_main() {
 	_lxpu_install_packages
 	_lxpu_install_runtime
 	_lxpu_enable_hook
+	_lxpu_pack_relocatable
 	_lxpu_byte_compile
 	_lxpu_smoke
+	_lxpu_pack
 	_lxpu_write_manifest
 	_lxpu_publish
 	if [[ "$_lxpu_dry_run" == 1 ]]; then

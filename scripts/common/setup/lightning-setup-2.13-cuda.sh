@@ -92,6 +92,12 @@ _lxpu_setup() {
   # shellcheck source=/dev/null
   . "$root/lightning-xpu-site.sh"
   hash -r
+
+  # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
+  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one).
+  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}${PBS_JOBID:-}" ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
+    eval "$("$root/bin/lightning-xpu-stage" --shell)"
+  fi
 }
 
 if _lxpu_setup; then

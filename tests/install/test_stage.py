@@ -1,0 +1,256 @@
+"""Node-local staging (issue 15) without a cluster: lightning-xpu-stage on a small stand-in environment, and the
+install engine's packing decisions (scripts/common/install/pack.sh) on stand-in environments.
+
+The stand-in environment has what lightning-xpu-stage reads (share/lightning-xpu/pack/pack.env and the image)
+and a `python` that reports where it runs from; the real environment is staged and run in the two-host test
+(tests/multinode/test_staging.py). Every fallback cause the command names is produced here for real: a missing
+or refused image, a hash mismatch, too little space, no sbcast under Slurm, an unwritable directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shlex
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.install
+
+REPO = Path(__file__).resolve().parents[2]
+STAGE = REPO / "scripts" / "common" / "stage" / "lightning-xpu-stage"
+ENGINE = REPO / "scripts" / "common" / "install" / "engine.sh"
+TAG = "9.9-cpu"
+# The stand-in interpreter: prints the directory it runs from and the variables staging sets.
+PYTHON = """#!/bin/sh
+echo "python-from $(cd "$(dirname "$0")/.." && pwd)"
+echo "root $LIGHTNING_XPU_ROOT"
+echo "virtual-env ${VIRTUAL_ENV:-}"
+echo "shared ${LIGHTNING_XPU_SHARED_ROOT:-}"
+"""
+
+
+@dataclass(frozen=True)
+class Shared:
+    root: Path
+    local: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.root / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.environ.get("HOME", "/root"),
+            "LIGHTNING_XPU_ROOT": str(self.root),
+            "VIRTUAL_ENV": str(self.root),
+            "LIGHTNING_XPU_STAGE_DIR": str(self.local),
+        }
+        env.update(extra)
+        return env
+
+    def run(self, script: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", script], env=self.env(**extra), capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    def pack_env(self) -> Path:
+        return self.root / "share" / "lightning-xpu" / "pack" / "pack.env"
+
+    def set_pack(self, **fields: str) -> None:
+        lines = dict(line.split("=", 1) for line in self.pack_env().read_text().splitlines())
+        lines.update(fields)
+        self.pack_env().write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+
+    def copies(self) -> list[Path]:
+        return sorted(self.local.glob("lxpu-stage.*"))
+
+
+def _image(python: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text, mode in (("./bin/python", python, 0o755), ("./lib/marker.txt", "staged\n", 0o644)):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Shared:
+    """A shared install with spaces in its path and a good image."""
+    root = tmp_path / "shared prefix" / TAG
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "lightning-xpu-stage").write_bytes(STAGE.read_bytes())
+    (root / "bin" / "lightning-xpu-stage").chmod(0o755)
+    (root / "bin" / "python").write_text(PYTHON)
+    (root / "bin" / "python").chmod(0o755)
+    pack = root / "share" / "lightning-xpu" / "pack"
+    pack.mkdir(parents=True)
+    image = _image(PYTHON)
+    (pack / "env.tar.gz").write_bytes(image)
+    (pack / "pack.env").write_text(
+        "status=ok\nfile=share/lightning-xpu/pack/env.tar.gz\nformat=tar.gz\n"
+        f"sha256={hashlib.sha256(image).hexdigest()}\nbytes={len(image)}\nunpacked_bytes=4096\nbase_staged=1\n"
+        f"libpython=0\nsite=generic\ntag={TAG}\nnote=\n"
+    )
+    local = tmp_path / "node-local"
+    local.mkdir()
+    return Shared(root, local)
+
+
+def _where(output: str) -> str:
+    return next(line.split(" ", 1)[1] for line in output.splitlines() if line.startswith("python-from "))
+
+
+def test_help() -> None:
+    done = subprocess.run([str(STAGE), "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "Usage:" in done.stdout and "--shell" in done.stdout
+
+
+def test_bad_usage_is_one_line_naming_the_fix(shared: Shared) -> None:
+    done = shared.run("lightning-xpu-stage --bogus")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["lightning-xpu-stage: error: unknown argument '--bogus': see --help"]
+
+
+def test_wrapper_runs_from_the_node_local_copy_and_removes_it(shared: Shared) -> None:
+    done = shared.run("lightning-xpu-stage -- python; echo status $?", LIGHTNING_XPU_STAGE_JOB="42")
+    assert done.stderr == ""
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.42" / TAG
+    assert _where(done.stdout) == str(copy)
+    assert f"root {copy}" in done.stdout and f"virtual-env {copy}" in done.stdout
+    assert f"shared {shared.root}" in done.stdout
+    assert "status 0" in done.stdout
+    assert shared.copies() == []  # the last task of the node removed the copy it made
+
+
+def test_wrapper_passes_the_exit_status_on(shared: Shared) -> None:
+    done = shared.run("lightning-xpu-stage -- sh -c 'exit 7'; echo status $?")
+    assert "status 7" in done.stdout
+
+
+def test_shell_form_switches_the_shell_is_idempotent_and_cleans_up_at_exit(shared: Shared) -> None:
+    script = """
+        eval "$(lightning-xpu-stage --shell)"
+        command -v python
+        stamp1=$(stat -c %Y "$LIGHTNING_XPU_ROOT/.lxpu-staged")
+        second=$(lightning-xpu-stage --shell)
+        case "$second" in *trap*) echo "second sets a trap";; esac
+        eval "$second"
+        [ "$(stat -c %Y "$LIGHTNING_XPU_ROOT/.lxpu-staged")" = "$stamp1" ] && echo "not unpacked twice"
+        python
+    """
+    done = shared.run(script, LIGHTNING_XPU_STAGE_JOB="7")
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.7" / TAG
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == str(copy / "bin" / "python")
+    assert "second sets a trap" not in done.stdout and "not unpacked twice" in done.stdout
+    assert _where(done.stdout) == str(copy)
+    assert shared.copies() == []  # the EXIT trap removed it
+
+
+def _falls_back(shared: Shared, cause: str, **extra: str) -> None:
+    """The wrapper runs the command from the shared install with exactly one warning line naming CAUSE."""
+    done = shared.run("lightning-xpu-stage -- python; echo status $?", **extra)
+    assert "status 0" in done.stdout, done.stderr
+    assert _where(done.stdout) == str(shared.root)
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 1, done.stderr
+    assert warnings[0].startswith(f"lightning-xpu-stage: warning: running from the shared install {shared.root}: ")
+    assert cause in warnings[0], warnings[0]
+    shell = shared.run('eval "$(lightning-xpu-stage --shell)"; python', **extra)
+    assert _where(shell.stdout) == str(shared.root) and cause in shell.stderr
+    assert not any(path.is_dir() and (path / TAG).exists() for path in shared.copies())
+
+
+def test_fallback_without_an_image(shared: Shared) -> None:
+    shared.pack_env().unlink()
+    _falls_back(shared, "no packed image in")
+
+
+def test_fallback_when_the_install_refused_to_pack(shared: Shared) -> None:
+    shared.set_pack(status="refused", note="a conda environment is packed with conda-pack, which is not on PATH")
+    _falls_back(shared, "conda-pack, which is not on PATH")
+
+
+def test_fallback_on_a_hash_mismatch(shared: Shared) -> None:
+    shared.set_pack(sha256="0" * 64)
+    _falls_back(shared, "hash mismatch")
+
+
+def test_fallback_when_the_node_local_directory_has_no_space(shared: Shared) -> None:
+    shared.set_pack(unpacked_bytes=str(2**62))
+    _falls_back(shared, "no space in")
+
+
+def test_fallback_when_the_node_local_directory_cannot_be_made(shared: Shared, tmp_path: Path) -> None:
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a directory\n")
+    _falls_back(shared, "cannot create", LIGHTNING_XPU_STAGE_DIR=str(blocker))
+
+
+def test_fallback_under_slurm_without_sbcast(shared: Shared, tmp_path: Path) -> None:
+    bin_dir = tmp_path / "no-sbcast"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "cat", "dirname", "basename", "id", "hostname", "uname", "sed", "grep", "mkdir"):
+        for where in ("/usr/bin", "/bin"):
+            if os.path.exists(f"{where}/{tool}"):
+                os.symlink(f"{where}/{tool}", bin_dir / tool)
+                break
+    env_path = f"{shared.root / 'bin'}:{bin_dir}"
+    done = shared.run('eval "$(lightning-xpu-stage --shell)"; python', PATH=env_path, SLURM_JOB_ID="99")
+    assert _where(done.stdout) == str(shared.root)
+    assert done.stderr.strip().splitlines() == [
+        f"lightning-xpu-stage: warning: running from the shared install {shared.root}: "
+        "sbcast not found on PATH (Slurm's file broadcast)"
+    ]
+
+
+def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
+    old = shared.local / f"lxpu-stage.{os.getuid()}.local-{dead}"
+    live = shared.local / f"lxpu-stage.{os.getuid()}.local-{os.getpid()}"
+    for path in (old, live):
+        (path / TAG).mkdir(parents=True)
+        past = time.time() - 600
+        os.utime(path, (past, past))
+    done = shared.run("lightning-xpu-stage -- python", LIGHTNING_XPU_STAGE_JOB="5")
+    assert done.returncode == 0, done.stderr
+    assert not old.exists() and live.exists()
+
+
+# ---- the engine's packing decisions ----------------------------------------------------------------------------
+
+def _refusal(env_dir: Path) -> str:
+    script = f"""
+        source {shlex.quote(str(ENGINE))}
+        _lxpu_env={shlex.quote(str(env_dir))}
+        _lxpu_site_packages="$_lxpu_env/lib/python3.11/site-packages"
+        _lxpu_pack_refusal
+    """
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_pack_refuses_other_kinds_with_one_line(tmp_path: Path) -> None:
+    assert "only venvs (python -m venv, uv venv) and conda environments" in _refusal(tmp_path)
+
+
+def test_pack_refuses_conda_without_conda_pack(tmp_path: Path) -> None:
+    (tmp_path / "conda-meta").mkdir()
+    assert "conda-pack, which is not on PATH" in _refusal(tmp_path)
+
+
+def test_pack_refuses_a_venv_whose_pth_names_its_own_path(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert _refusal(tmp_path) == ""
+    (site / "editable.pth").write_text(f"{tmp_path}/src\n")
+    assert "editable.pth names the environment's absolute path" in _refusal(tmp_path)
