@@ -17,13 +17,6 @@
 # The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
 _LXPU_UV_LOCK=recipes/locks/install-tools.txt
 
-_lxpu_installer_usage() {
-	cat <<'EOF'
-  --installer I           uv, pip or auto (default: auto = uv, bootstrapped pinned and hash-checked into
-                          <prefix>/.tools, falling back to pip with a note where uv cannot be had)
-EOF
-}
-
 _lxpu_installer_validate() {
 	[[ -n "$_lxpu_installer" ]] || _lxpu_installer="${LIGHTNING_XPU_INSTALLER:-auto}"
 	_lxpu_word_in "$_lxpu_installer" uv pip auto ||
@@ -78,7 +71,11 @@ _lxpu_installer_fallback() {
 # uv from the lock into the prefix's tools directory (a temporary directory, then one rename), unless the
 # pinned version is already there. Only pip is trusted to fetch it: pip checks the lock's hashes.
 _lxpu_installer_setup() {
-	[[ "$_lxpu_installer" != pip ]] || return 0
+	if [[ "$_lxpu_installer" == pip ]]; then
+		_lxpu_installer_version="$("${_lxpu_python:-python3}" -m pip --version 2>/dev/null | cut -d' ' -f2 || true)"
+		_lxpu_say "installer: pip ${_lxpu_installer_version:-(version unknown)} ($_lxpu_installer_why)"
+		return 0
+	fi
 	local lock="$_lxpu_source/$_LXPU_UV_LOCK" tmp have="" out
 	_lxpu_uv="$_lxpu_uv_dir/bin/uv"
 	[[ ! -x "$_lxpu_uv" ]] || have="$("$_lxpu_uv" --version 2>/dev/null || true)"
@@ -92,11 +89,12 @@ _lxpu_installer_setup() {
 		else
 			mkdir -p "$_lxpu_prefix/.tools"
 			rm -rf "$tmp"
-			if ! out="$(_lxpu_run "$_lxpu_uv_python" -m pip --disable-pip-version-check --no-input install --quiet \
+			if ! out="$(_lxpu_run "$_lxpu_uv_python" -m pip --disable-pip-version-check --no-input install --quiet --root-user-action=ignore \
 				--no-deps --require-hashes --target "$tmp" "${_lxpu_pip_options[@]}" -r "$lock" 2>&1)"; then
 				printf '%s\n' "$out"
 				rm -rf "$tmp"
 				_lxpu_installer_fallback "$(grep '^ERROR:' <<<"$out" | tail -n 1 | sed 's/^ERROR: //' || true)"
+				_lxpu_installer_setup
 				return 0
 			fi
 			printf '%s\n' "$out"
@@ -104,12 +102,13 @@ _lxpu_installer_setup() {
 			mv -T "$tmp" "$_lxpu_uv_dir" 2>/dev/null || rm -rf "$tmp"
 			if ! "$_lxpu_uv" --version >/dev/null 2>&1; then
 				_lxpu_installer_fallback "$_lxpu_uv does not run on this machine"
+				_lxpu_installer_setup
 				return 0
 			fi
 		fi
 	fi
 	_lxpu_installer_why="${_lxpu_installer_why:-default}"
-	_lxpu_installer=uv
+	_lxpu_installer=uv _lxpu_installer_version="$_lxpu_uv_version"
 	# Hard links from the cache are fast, but not across file systems, and not on Lustre (ALCF's frameworks
 	# build sets UV_LINK_MODE=copy for that reason): copy there.
 	local cache_parent="$_lxpu_uv_cache"
