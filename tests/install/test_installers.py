@@ -100,7 +100,8 @@ def test_falls_back_to_pip_and_says_so_where_uv_cannot_be_had(
                 break
             time.sleep(0.5)
         text = output.read_text()
-        assert re.search(r"^note: uv could not be had \(.*uv.*\): installing with pip instead$", text, re.MULTILINE), text
+        fallback = r"^note: uv could not be had \(.*uv.*\): installing with pip instead$"
+        assert re.search(fallback, text, re.MULTILINE), text
         assert re.search(r"^installer: pip .*\(uv could not be had", text, re.MULTILINE), text
         assert re.search(r"-m pip .*install .*--require-hashes", text), "the lock did not go to pip"
     finally:
