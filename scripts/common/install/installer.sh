@@ -93,7 +93,7 @@ _lxpu_installer_setup() {
 				--no-deps --require-hashes --target "$tmp" "${_lxpu_pip_options[@]}" -r "$lock" 2>&1)"; then
 				printf '%s\n' "$out"
 				rm -rf "$tmp"
-				_lxpu_installer_fallback "$(grep '^ERROR:' <<<"$out" | tail -n 1 | sed 's/^ERROR: //' || true)"
+				_lxpu_installer_fallback "$(grep -m 1 '^ERROR:' <<<"$out" | sed 's/^ERROR: //' || true)"
 				_lxpu_installer_setup
 				return 0
 			fi
