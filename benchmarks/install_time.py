@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Install time: the cpu-variant install job end to end (build, smoke job, publish) with an empty and with a warm
-pip cache, against a plain `pip install torch==<ver> lightning==<ver>` into a new venv on the same machine; the
-smoke job's own duration (from the install's manifest) and the time of an unchanged re-run (a no-op).
+"""Install time: the cpu-variant install job end to end (build, smoke job, publish) with uv (the default) and with
+pip, each from an empty and a warm cache, against a plain `pip install torch==<ver> lightning==<ver>` into a new
+venv; the install step alone (uv against pip, paired in this run), the smoke job's own duration (both from the
+installs' manifests), a second install into another prefix from the same uv cache, and an unchanged re-run (a no-op).
 
-Every case gets a fresh prefix (or venv). "Empty cache" points PIP_CACHE_DIR at a new empty directory; "warm"
-reuses the cache the empty-cache run of the same kind filled. Note: where the machine's pip configuration finds
-torch on local disk (as here), torch is never downloaded, so the cache mostly affects Lightning and its
-dependencies.
+Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
+for uv, PIP_CACHE_DIR for pip) at a new empty directory; "warm" reuses the cache the empty-cache run of the same
+kind filled. Note: where the machine's pip configuration finds torch on local disk (as here), torch is never
+downloaded, so the cache mostly affects Lightning and its dependencies. Ratios are formed only within one run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from pathlib import Path
 
 from _common import REPO, machine, print_table, write_json
 
-CASES = ("install-empty-cache", "install-warm-cache", "install-rerun-noop", "plain-empty-cache", "plain-warm-cache")
+CASES = (
+    "uv-empty-cache", "uv-warm-cache", "uv-second-prefix", "uv-rerun-noop",
+    "pip-empty-cache", "pip-warm-cache", "plain-empty-cache", "plain-warm-cache",
+)
+# Steps of the install job's manifest reported on their own.
+INSTALL_STEP = "install pinned packages"
+SMOKE_STEP = "smoke"
 
 
 def timed(command: list[str], env: dict[str, str], timeout: float) -> float:
@@ -59,60 +66,74 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         root = Path(work)
-        caches = {"install": root / "cache-install", "plain": root / "cache-plain"}
+        caches = {kind: root / f"cache-{kind}" for kind in ("uv", "pip", "plain")}
         results: dict[str, float] = {}
-        smoke_seconds: float | None = None
+        steps: dict[str, dict[str, float]] = {}
 
-        def env_with_cache(kind: str, empty: bool) -> dict[str, str]:
+        def cache_env(kind: str, empty: bool) -> dict[str, str]:
             cache = caches[kind]
             if empty and cache.exists():
                 subprocess.run(["rm", "-rf", str(cache)], check=True)
             cache.mkdir(exist_ok=True)
+            if kind == "uv":
+                return dict(os.environ, LIGHTNING_XPU_UV_CACHE_DIR=str(cache))
             return dict(os.environ, PIP_CACHE_DIR=str(cache))
 
         for case in cases:
-            kind, _, cache_state = case.partition("-")
-            if case == "install-rerun-noop":
-                prefix = root / "prefix install-empty-cache"
-                if not prefix.exists():
-                    prefix = root / "prefix install-warm-cache"
-                if not prefix.exists():
-                    parser.error("install-rerun-noop needs install-empty-cache or install-warm-cache before it")
-                env = dict(os.environ, PIP_CACHE_DIR=str(caches["install"]))
-                command = ["bash", str(script), "--prefix", str(prefix), *args.install_args.split()]
-            elif kind == "install":
-                env = env_with_cache("install", cache_state == "empty-cache")
-                prefix = root / f"prefix {case}"  # a space in the path, as users have
-                command = ["bash", str(script), "--prefix", str(prefix), *args.install_args.split()]
-            else:
-                env = env_with_cache("plain", cache_state == "empty-cache")
+            kind, _, state = case.partition("-")
+            if kind == "plain":
+                env = cache_env("plain", state == "empty-cache")
                 venv = root / f"venv-{case}"
                 subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
                 command = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
                            f"torch=={args.torch_pin}", f"lightning=={args.lightning_pin}"]
+                results[case] = timed(command, env, args.timeout)
+                continue
+            if state == "rerun-noop":
+                prefix = next((p for p in sorted(root.glob(f"prefix {kind}-*")) if p.is_dir()), None)
+                if prefix is None:
+                    parser.error(f"{case} needs another {kind} case before it")
+                env = cache_env(kind, empty=False)
+            else:
+                # uv-second-prefix: another prefix, the same (warm) cache: what a second PyTorch version of a site
+                # gets from the cache the first one filled.
+                env = cache_env(kind, state == "empty-cache")
+                prefix = root / f"prefix {case}"  # a space in the path, as users have
+            command = ["bash", str(script), "--prefix", str(prefix), "--installer", kind, *args.install_args.split()]
             results[case] = timed(command, env, args.timeout)
-            if kind == "install" and case != "install-rerun-noop":
-                # The published environment is the one symlink <prefix>/<tag>; its manifest has the step timings.
-                manifests = [p for p in prefix.glob("*/manifest.json") if p.parent.is_symlink()]
-                manifest = json.loads(manifests[0].read_text()) if manifests else {}
-                for step in manifest.get("steps", []):
-                    if "smoke" in step["name"]:
-                        smoke_seconds = step["seconds"]
+            if state != "rerun-noop":
+                steps[case] = published_steps(prefix)
 
-    payload = {"machine": machine(), "args": vars(args), "seconds": results, "smoke_job_seconds": smoke_seconds}
-    if "install-warm-cache" in results and "plain-warm-cache" in results:
-        payload["ratio_install_over_plain_warm"] = results["install-warm-cache"] / results["plain-warm-cache"]
-    if "install-empty-cache" in results and "plain-empty-cache" in results:
-        payload["ratio_install_over_plain_empty"] = results["install-empty-cache"] / results["plain-empty-cache"]
+    payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "steps": steps}
+    ratios = {}
+    for state in ("warm-cache", "empty-cache"):
+        uv, pip = steps.get(f"uv-{state}", {}), steps.get(f"pip-{state}", {})
+        if INSTALL_STEP in uv and INSTALL_STEP in pip:
+            ratios[f"install_step_uv_over_pip_{state.split('-')[0]}"] = uv[INSTALL_STEP] / pip[INSTALL_STEP]
+        if f"uv-{state}" in results and f"pip-{state}" in results:
+            ratios[f"install_job_uv_over_pip_{state.split('-')[0]}"] = results[f"uv-{state}"] / results[f"pip-{state}"]
+    if "uv-second-prefix" in results and "uv-warm-cache" in results:
+        ratios["second_prefix_over_warm"] = results["uv-second-prefix"] / results["uv-warm-cache"]
+    payload["ratios"] = ratios
     print_table("install seconds (one run each)", ["case", "seconds"], [[k, v] for k, v in results.items()])
-    if smoke_seconds is not None:
-        print(f"\nsmoke job (from the manifest): {smoke_seconds:.1f} s")
-    for key in ("ratio_install_over_plain_warm", "ratio_install_over_plain_empty"):
-        if key in payload:
-            print(f"{key}: {payload[key]:.2f}")
+    rows = [[case, by_step.get(INSTALL_STEP, float("nan")), smoke_of(by_step)] for case, by_step in steps.items()]
+    print_table("from the manifests", ["case", "install step s", "smoke job s"], rows)
+    for key, value in ratios.items():
+        print(f"{key}: {value:.2f}")
     write_json(args.json, payload)
     return 0
 
+
+def published_steps(prefix: Path) -> dict[str, float]:
+    """Step name -> seconds from the published environment's manifest (the one symlink <prefix>/<tag>)."""
+    manifests = [p for p in prefix.glob("*/manifest.json") if p.parent.is_symlink()]
+    if not manifests:
+        return {}
+    return {step["name"]: step["seconds"] for step in json.loads(manifests[0].read_text()).get("steps", [])}
+
+
+def smoke_of(by_step: dict[str, float]) -> float:
+    return next((seconds for name, seconds in by_step.items() if SMOKE_STEP in name), float("nan"))
 
 if __name__ == "__main__":
     sys.exit(main())

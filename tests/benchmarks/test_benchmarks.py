@@ -74,15 +74,16 @@ def test_startup_reports_import_costs(tmp_path: Path) -> None:
 @pytest.mark.install
 def test_install_time_measures_the_install_job_and_its_noop_rerun(tmp_path: Path) -> None:
     out = tmp_path / "install.json"
-    done = run("install_time.py", "--cases", "install-warm-cache,install-rerun-noop", "--workdir", str(tmp_path),
+    done = run("install_time.py", "--cases", "uv-warm-cache,uv-rerun-noop", "--workdir", str(tmp_path),
                "--json", str(out), timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert set(result["seconds"]) == {"install-warm-cache", "install-rerun-noop"}
-    assert result["smoke_job_seconds"] is not None and result["smoke_job_seconds"] > 0
+    assert set(result["seconds"]) == {"uv-warm-cache", "uv-rerun-noop"}
+    steps = result["steps"]["uv-warm-cache"]
+    assert steps["install pinned packages"] > 0 and any("smoke" in name for name in steps)
 
 
 def test_install_time_rejects_unknown_cases() -> None:
-    done = run("install_time.py", "--cases", "install-fast", timeout=60)
+    done = run("install_time.py", "--cases", "uv-fast", timeout=60)
     assert done.returncode == 2
-    assert "unknown case(s) install-fast" in done.stderr
+    assert "unknown case(s) uv-fast" in done.stderr

@@ -25,6 +25,10 @@ source "${BASH_SOURCE[0]%/*}/publish.sh"
 # shellcheck source=scripts/common/install/pack.sh
 source "${BASH_SOURCE[0]%/*}/pack.sh"
 
+# The installer back ends (uv or pip), next to this file.
+# shellcheck source=scripts/common/install/installer.sh
+source "$(dirname "${BASH_SOURCE[0]}")/installer.sh"
+
 # ---- the recipe's data, by variant ----------------------------------------------------------------------------
 
 # _lxpu_data NAME VARIANT: the job's LXPU_<NAME>_<VARIANT>, one line per element (nothing when empty).
@@ -89,6 +93,8 @@ Options:
   --index-url URL         use this package index instead of the recipe's
   --extra-index-url URL   an extra package index (repeatable)
   --wheelhouse DIR        offline: install only from wheels in DIR (--no-index --find-links DIR)
+  --installer I           uv, pip or auto (default: auto = uv, pinned and hash-checked, bootstrapped into
+                          <prefix>/.tools; pip, with a note saying why, where uv cannot be had)
   --lock-timeout SECONDS  how long to wait for another install of the same tag (default: 1800)
   --shared-group GROUP    shared install: the tree is made group GROUP, group-readable, read-only
   --force                 rebuild even when the inputs are unchanged
@@ -101,8 +107,10 @@ Options:
 
 Environment (the options win): LIGHTNING_XPU_INSTALL_ARGS (options, split on spaces; e.g. for qsub -v),
 LIGHTNING_XPU_PIP_SOURCE, LIGHTNING_XPU_INDEX_URL,
-LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_MIN_FREE_GIB
-(free space required under the prefix), LIGHTNING_XPU_MIN_FREE_INODES (free files required).
+LIGHTNING_XPU_EXTRA_INDEX_URL (space-separated), LIGHTNING_XPU_WHEELHOUSE, LIGHTNING_XPU_INSTALLER,
+LIGHTNING_XPU_UV_CACHE_DIR (uv's cache; default <prefix>/.cache/uv, shared by every version in the prefix),
+LIGHTNING_XPU_MIN_FREE_GIB (free space required under the prefix), LIGHTNING_XPU_MIN_FREE_INODES (free files
+required).
 LIGHTNING_XPU_PACK=0: no packed image for node-local staging (lightning-xpu-stage); LIGHTNING_XPU_PACK_FORMAT
 tar.zst or tar.gz (default: tar.zst where zstd exists).
 Builds are never deleted by an install: only --prune and --uninstall remove them, and never one that a job
@@ -287,7 +295,7 @@ _lxpu_parse_args() {
 			_lxpu_action="${opt#--}"
 			;;
 		--prefix | --variant | --env-manager | --base-python | --source | --pip-source | --index-url | \
-			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group | --keep | --older-than)
+			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group | --keep | --older-than | --installer)
 			_lxpu_need_value "$@"
 			case "$opt" in
 			--prefix) _lxpu_prefix="$2" ;;
@@ -303,6 +311,7 @@ _lxpu_parse_args() {
 			--shared-group) _lxpu_shared_group="$2" ;;
 			--keep) _lxpu_keep="$2" ;;
 			--older-than) _lxpu_older_than="$2" ;;
+			--installer) _lxpu_installer="$2" ;;
 			esac
 			shift
 			;;
@@ -559,6 +568,7 @@ _lxpu_validate_repository() {
 			_lxpu_bad_input "the recipe's lock file $_lxpu_lock_path is missing: run 'python recipes/render.py lock' or pass --source"
 	fi
 	_lxpu_resolve_pip_sources
+	_lxpu_installer_validate
 }
 
 # ---- inputs hash --------------------------------------------------------------------------------------------
@@ -678,6 +688,7 @@ _lxpu_create_env() {
 	_lxpu_step "create the $_lxpu_env_manager environment"
 	_lxpu_say "build: $_lxpu_env"
 	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_prefix/.envs"
+	_lxpu_installer_setup
 	if [[ "$_lxpu_env_manager" == conda ]]; then
 		# conda builds the conda layer only; the pip layer goes through the same pip step as a venv, so
 		# sources, locks and hashes are handled once.
@@ -687,7 +698,7 @@ _lxpu_create_env() {
 		_lxpu_run conda env create --prefix "$_lxpu_env" --file "$yml"
 		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$yml"
 	elif [[ -n "$_lxpu_base_python" ]]; then
-		_lxpu_run "$_lxpu_python" -m venv --system-site-packages "$_lxpu_env"
+		_lxpu_installer_create_venv "$_lxpu_env" --system-site-packages
 		if [[ "$_lxpu_base_is_venv" == True ]]; then
 			# A venv's --system-site-packages means its base interpreter's, not the base venv's: point a .pth
 			# file at the base venv's site-packages so its torch is seen.
@@ -695,7 +706,7 @@ _lxpu_create_env() {
 				"$_lxpu_base_python" -c 'import site; print("\n".join(site.getsitepackages()))'
 		fi
 	else
-		_lxpu_run "$_lxpu_python" -m venv "$_lxpu_env"
+		_lxpu_installer_create_venv "$_lxpu_env"
 	fi
 	_lxpu_py="$_lxpu_env/bin/python"
 	_lxpu_site_packages="$_lxpu_env/lib/python$_lxpu_python_version/site-packages"
@@ -744,7 +755,11 @@ _lxpu_install_packages() {
 	if [[ -n "$_lxpu_base_python" && "$_lxpu_dry_run" != 1 ]]; then
 		_lxpu_drop_base_packages "$reqs"
 	fi
-	_lxpu_pip install "${hashes[@]}" "${_lxpu_pip_options[@]}" --report "$share/pip-report.json" -r "$reqs"
+	# pip's report records the hash of every file it installed (the manifest's sha256); uv has no report, and
+	# the manifest takes the hashes from the lock instead.
+	local report=()
+	[[ "$_lxpu_installer" != pip ]] || report=(--report "$share/pip-report.json")
+	_lxpu_installer_install "${hashes[@]}" ${report[@]+"${report[@]}"} -r "$reqs"
 }
 
 # With --base-python: requirements the base Python already satisfies by name are not reinstalled (torch
@@ -798,22 +813,22 @@ sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
 		_lxpu_say "(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build tools)"
 		_lxpu_install_build_tools
 	fi
-	_lxpu_pip wheel --no-deps --no-build-isolation --wheel-dir "$wheels" "$build"
+	_lxpu_installer_wheel "$build" "$wheels"
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
-		_lxpu_pip install "${_lxpu_pip_options[@]}" "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
+		_lxpu_installer_install "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
 		return 0
 	fi
 	rm -rf "$build"
 	local wheel=("$wheels"/lightning_xpu-*.whl)
 	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
-	_lxpu_pip install "${_lxpu_pip_options[@]}" "${wheel[0]}"
+	_lxpu_installer_install "${wheel[0]}"
 }
 
 # The recipe's pinned build tools (LXPU_BUILD_TOOLS), with the lock's hashes when the recipe has a lock.
 _lxpu_install_build_tools() {
 	local reqs="$_lxpu_env/share/lightning-xpu/build-requirements.txt"
 	if [[ -z "$_lxpu_lock_path" ]]; then
-		_lxpu_pip install "${_lxpu_pip_options[@]}" "${LXPU_BUILD_TOOLS[@]}"
+		_lxpu_installer_install "${LXPU_BUILD_TOOLS[@]}"
 		return 0
 	fi
 	_lxpu_say "+ write $(_lxpu_quote "$reqs") (${LXPU_BUILD_TOOLS[*]} with their hashes from the lock)"
@@ -821,7 +836,7 @@ _lxpu_install_build_tools() {
 		printf '%s\n' "${LXPU_BUILD_TOOLS[@]}" | awk 'NR == FNR { want[$0] = 1; next }
 			/^[A-Za-z0-9]/ { keep = ($1 in want) } keep' - "$_lxpu_lock_path" >"$reqs"
 	fi
-	_lxpu_pip install --require-hashes "${_lxpu_pip_options[@]}" -r "$reqs"
+	_lxpu_installer_install --require-hashes -r "$reqs"
 }
 
 # lightning_xpu's version, as its wheel will carry it (pyproject.toml).
@@ -924,6 +939,17 @@ if report.exists():
         sha = archive.get("hashes", {}).get("sha256") or archive.get("hash", "").partition("sha256=")[2]
         if sha:
             report_hashes[norm(item["metadata"]["name"])] = sha
+# Without pip's report (uv), a hash-checked lock says which file each pin came from, when it lists one hash.
+lock_hashes = {}
+if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists():
+    import re
+    # (continuation lines joined; chr(92) is a backslash, spelled so that this unquoted here-document keeps it)
+    text = (share / "requirements.txt").read_text().replace(chr(92) + chr(10), " ")
+    for line in text.splitlines():
+        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)(.*)", line.strip())
+        found = re.findall(r"--hash=sha256:([0-9a-f]{64})", match.group(3)) if match else []
+        if len(found) == 1:
+            lock_hashes[norm(match.group(1))] = (match.group(2), found[0])
 wheels = {}
 for wheel in (share / "wheels").glob("*.whl"):
     wheels[norm(wheel.name.split("-")[0])] = hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -935,7 +961,8 @@ for dist in md.distributions():
     location = Path(str(dist.locate_file(""))).resolve()
     entry = {"name": name, "version": dist.version,
              "from": "environment" if env.resolve() in location.parents or location == env.resolve() else "base-python"}
-    sha = report_hashes.get(norm(name)) or wheels.get(norm(name))
+    pinned, locked_sha = lock_hashes.get(norm(name), ("", ""))
+    sha = report_hashes.get(norm(name)) or wheels.get(norm(name)) or (locked_sha if pinned == dist.version else "")
     if sha:
         entry["sha256"] = sha
     packages[norm(name)] = entry
@@ -972,6 +999,8 @@ manifest = {
         "lock_file": $(_lxpu_pystr "$_lxpu_lock_path") or None,
         "require_hashes": bool($(_lxpu_pystr "$_lxpu_lock_path")),
     },
+    "installer": {"name": $(_lxpu_pystr "$_lxpu_installer"), "version": $(_lxpu_pystr "$_lxpu_installer_version"),
+                  "why": $(_lxpu_pystr "$_lxpu_installer_why")},
     "shared_group": $(_lxpu_pystr "$_lxpu_shared_group") or None,
     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     "host": socket.gethostname(),
@@ -1055,6 +1084,7 @@ lxpu_main() {
 	_lxpu_step_n=0 _lxpu_step_total=11 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
+	_lxpu_installer="" _lxpu_installer_why="" _lxpu_installer_version=""
 	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
 	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
 	# publish.sh

@@ -1,0 +1,187 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # the engine's state (_lxpu_prefix, _lxpu_py, ...) is assigned in engine.sh
+# Installer back ends of the install engine: uv where it can be had (the default), pip otherwise.
+#
+# Sourced by the engine (engine.sh); defines functions only, every name starting with _lxpu_. The engine calls:
+#   _lxpu_installer_validate       while validating inputs (bad input exits 2 before anything is written)
+#   _lxpu_installer_setup          after taking the lock: bootstraps uv, or falls back to pip and says why
+#   _lxpu_installer_create_venv    ENV [--system-site-packages]
+#   _lxpu_installer_install        ARGS...   (pip-install arguments: -r FILE, --require-hashes, a wheel path)
+#   _lxpu_installer_wheel          SRC_DIR WHEEL_DIR   (builds lightning_xpu's wheel without build isolation)
+#
+# Why uv: it installs a warm-cache torch stack in about a second where pip takes tens (docs/performance.md).
+# What must not change with it (issue 12): hash-checked locks, every package source override, and this
+# machine's own pip configuration, which uv does not read: uv_sources.py maps each resolution key of
+# `pip config list` to uv's options and refuses, in one line, a key it cannot map.
+
+# The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
+_LXPU_UV_LOCK=recipes/locks/install-tools.txt
+
+_lxpu_installer_validate() {
+	[[ -n "$_lxpu_installer" ]] || _lxpu_installer="${LIGHTNING_XPU_INSTALLER:-auto}"
+	_lxpu_word_in "$_lxpu_installer" uv pip auto ||
+		_lxpu_bad_input "--installer must be uv, pip or auto, not '$_lxpu_installer'"
+	_lxpu_uv_args=() _lxpu_uv_env=() _lxpu_uv_constraints=() _lxpu_uv="" _lxpu_uv_version=""
+	[[ "$_lxpu_installer" != pip ]] || {
+		_lxpu_installer_why="--installer pip"
+		return 0
+	}
+	local lock="$_lxpu_source/$_LXPU_UV_LOCK"
+	[[ -f "$lock" ]] || _lxpu_bad_input "$lock is missing: pass the repository with --source, or --installer pip"
+	_lxpu_uv_version="$(sed -n 's/^uv==\([^ \\]*\).*/\1/p' "$lock")"
+	[[ -n "$_lxpu_uv_version" ]] || _lxpu_bad_input "$lock pins no uv==<version>: restore it from the repository"
+	_lxpu_uv_python="${_lxpu_python:-$(command -v python3 || true)}"
+	if [[ -z "$_lxpu_uv_python" ]]; then
+		_lxpu_installer_fallback "no Python to bootstrap uv with"
+		return 0
+	fi
+	# The package sources, as uv options. A setting uv cannot honour is bad input, whatever --installer says:
+	# auto must not quietly resolve differently from pip.
+	local mapper="$_lxpu_source/scripts/common/install/uv_sources.py" out kind name value
+	if [[ "$_lxpu_sources_mode" == system ]]; then
+		out="$("$_lxpu_uv_python" "$mapper" from-pip-config 2>&1)" || _lxpu_bad_input "${out#error: }"
+	else
+		out="$("$_lxpu_uv_python" "$mapper" from-pip-options "${_lxpu_pip_options[@]}" 2>&1)" ||
+			_lxpu_bad_input "${out#error: }"
+	fi
+	while IFS=$'\t' read -r kind name value; do
+		case "$kind" in
+		arg) _lxpu_uv_args+=("$name" ${value:+"$value"}) ;;
+		env) _lxpu_uv_env+=("$name=$value") ;;
+		constraint) _lxpu_uv_constraints+=("$name") ;;
+		esac
+	done <<<"$out"
+	# uv otherwise stops at the first index that has a package; pip merges every index.
+	_lxpu_uv_args+=(--index-strategy unsafe-best-match)
+	if [[ -n "$_lxpu_lock_path" && ${#_lxpu_uv_constraints[@]} -gt 0 ]]; then
+		out="$("$_lxpu_uv_python" "$mapper" check-constraints "$_lxpu_lock_path" "${_lxpu_uv_constraints[@]}" 2>&1)" ||
+			_lxpu_bad_input "${out#error: }"
+	fi
+	_lxpu_uv_dir="$_lxpu_prefix/.tools/uv-$_lxpu_uv_version"
+	_lxpu_uv_cache="${LIGHTNING_XPU_UV_CACHE_DIR:-$_lxpu_prefix/.cache/uv}"
+}
+
+_lxpu_installer_fallback() {
+	[[ "$_lxpu_installer" != uv ]] || _lxpu_fail "uv could not be had: $1 (use --installer pip)"
+	_lxpu_installer=pip
+	_lxpu_installer_why="uv could not be had ($1)"
+	_lxpu_say "note: uv could not be had ($1): installing with pip instead"
+}
+
+# uv from the lock into the prefix's tools directory (a temporary directory, then one rename), unless the
+# pinned version is already there. Only pip is trusted to fetch it: pip checks the lock's hashes.
+_lxpu_installer_setup() {
+	if [[ "$_lxpu_installer" == pip ]]; then
+		_lxpu_installer_version="$("${_lxpu_python:-python3}" -m pip --version 2>/dev/null | cut -d' ' -f2 || true)"
+		_lxpu_say "installer: pip ${_lxpu_installer_version:-(version unknown)} ($_lxpu_installer_why)"
+		return 0
+	fi
+	local lock="$_lxpu_source/$_LXPU_UV_LOCK" tmp have="" out
+	_lxpu_uv="$_lxpu_uv_dir/bin/uv"
+	[[ ! -x "$_lxpu_uv" ]] || have="$("$_lxpu_uv" --version 2>/dev/null || true)"
+	if [[ "$have" == "uv $_lxpu_uv_version"* ]]; then
+		_lxpu_say "installer: uv $_lxpu_uv_version ($_lxpu_uv_dir)"
+	else
+		tmp="$_lxpu_prefix/.tools/.tmp.uv-$_lxpu_uv_version.$$"
+		_lxpu_say "installer: bootstrapping uv $_lxpu_uv_version (hash-checked, from $lock)"
+		if [[ "$_lxpu_dry_run" == 1 ]]; then
+			_lxpu_run "$_lxpu_uv_python" -m pip install --no-deps --require-hashes --target "$tmp" "${_lxpu_pip_options[@]}" -r "$lock"
+		else
+			mkdir -p "$_lxpu_prefix/.tools"
+			rm -rf "$tmp"
+			if ! out="$(_lxpu_run "$_lxpu_uv_python" -m pip --disable-pip-version-check --no-input install --quiet --root-user-action=ignore \
+				--no-deps --require-hashes --target "$tmp" "${_lxpu_pip_options[@]}" -r "$lock" 2>&1)"; then
+				printf '%s\n' "$out"
+				rm -rf "$tmp"
+				_lxpu_installer_fallback "$(grep -m 1 '^ERROR:' <<<"$out" | sed 's/^ERROR: //' || true)"
+				_lxpu_installer_setup
+				return 0
+			fi
+			printf '%s\n' "$out"
+			# Another tag's install may have put the same version there meanwhile: keep that one.
+			mv -T "$tmp" "$_lxpu_uv_dir" 2>/dev/null || rm -rf "$tmp"
+			if ! "$_lxpu_uv" --version >/dev/null 2>&1; then
+				_lxpu_installer_fallback "$_lxpu_uv does not run on this machine"
+				_lxpu_installer_setup
+				return 0
+			fi
+		fi
+	fi
+	_lxpu_installer_why="${_lxpu_installer_why:-default}"
+	_lxpu_installer=uv _lxpu_installer_version="$_lxpu_uv_version"
+	# Hard links from the cache are fast, but not across file systems, and not on Lustre (ALCF's frameworks
+	# build sets UV_LINK_MODE=copy for that reason): copy there.
+	local cache_parent="$_lxpu_uv_cache"
+	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_uv_cache"
+	while [[ ! -e "$cache_parent" ]]; do cache_parent="$(dirname "$cache_parent")"; done
+	_lxpu_uv_link_mode=hardlink
+	if [[ "$(stat -c %d "$cache_parent")" != "$(stat -c %d "$_lxpu_prefix")" ]] ||
+		[[ "$(stat -f -c %T "$_lxpu_prefix")" == lustre ]]; then
+		_lxpu_uv_link_mode=copy
+	fi
+	_lxpu_say "installer: uv, cache $_lxpu_uv_cache (link mode $_lxpu_uv_link_mode)"
+}
+
+# uv with the sources and environment settings mapped from pip's.
+_lxpu_uv_run() {
+	_lxpu_run env ${_lxpu_uv_env[@]+"${_lxpu_uv_env[@]}"} UV_CACHE_DIR="$_lxpu_uv_cache" \
+		UV_LINK_MODE="$_lxpu_uv_link_mode" UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 "$_lxpu_uv" "$@"
+}
+
+_lxpu_installer_create_venv() {
+	local env="$1"
+	shift
+	if [[ "$_lxpu_installer" == pip ]]; then
+		_lxpu_run "$_lxpu_python" -m venv "$@" "$env"
+		return 0
+	fi
+	# Relocatable: scripts and activation find the environment from their own location, which staging to
+	# node-local disk relies on. uv seeds no pip: the Python's own bundled pip wheel (ensurepip's, so pinned by
+	# the Python and needing no download) is installed, as `python -m venv` would.
+	_lxpu_uv_run venv --quiet --relocatable --python "$_lxpu_python" "$@" "$env"
+	local bundled
+	bundled="$("$_lxpu_python" -c 'import ensurepip, pathlib
+print(next((pathlib.Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"), ""))' 2>/dev/null || true)"
+	if [[ -n "$bundled" ]]; then
+		_lxpu_uv_run pip install --quiet --python "$env/bin/python" --no-index --no-deps "$bundled"
+	else
+		_lxpu_warn "this Python bundles no pip wheel (ensurepip): the environment has no pip"
+	fi
+}
+
+# pip-install arguments through the chosen installer; the failure reason is the installer's last error line.
+_lxpu_installer_install() {
+	if [[ "$_lxpu_installer" == pip ]]; then
+		_lxpu_pip install "${_lxpu_pip_options[@]}" "$@"
+		return
+	fi
+	local constraints=() path
+	# Without a lock, constraints are passed on; a lock's exact pins were checked against them already.
+	if [[ "$*" != *--require-hashes* ]]; then
+		for path in ${_lxpu_uv_constraints[@]+"${_lxpu_uv_constraints[@]}"}; do constraints+=(--constraint "$path"); done
+	fi
+	_lxpu_uv_checked pip install --python "$_lxpu_py" "${_lxpu_uv_args[@]}" ${constraints[@]+"${constraints[@]}"} "$@"
+}
+
+_lxpu_installer_wheel() {
+	if [[ "$_lxpu_installer" == pip ]]; then
+		_lxpu_pip wheel --no-deps --no-build-isolation --wheel-dir "$2" "$1"
+		return
+	fi
+	_lxpu_uv_checked build --quiet --wheel --no-build-isolation --python "$_lxpu_py" --out-dir "$2" "$1"
+}
+
+_lxpu_uv_checked() {
+	local out="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.uv-output" status=0 why
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_uv_run "$@"
+		return 0
+	fi
+	_lxpu_uv_run "$@" 2>&1 | tee "$out" || status=$?
+	if [[ "$status" != 0 ]]; then
+		why="$(grep -E '^(error|  Caused by):' "$out" | tail -n 1 || true)"
+		_lxpu_fail_reason="uv $1 $2 failed (exit $status)${why:+: ${why#*: }}"
+	fi
+	rm -f "$out"
+	return "$status"
+}

@@ -1,0 +1,114 @@
+"""uv is the install job's default installer; pip is the fallback, by choice or where uv cannot be had.
+
+The session's good install (conftest.py) is the README's command, so it runs on uv. These tests check where its
+packages came from, build the same environment with `--installer pip`, and make uv impossible to have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import install_harness as h
+import pytest
+
+pytestmark = pytest.mark.install
+
+TOOLS_LOCK = h.REPO / "recipes" / "locks" / "install-tools.txt"
+# The environment's own pip installing the lock (not the pip that bootstraps uv).
+LOCK_BY_PIP = r"/bin/python -m pip --disable-pip-version-check --no-input install --require-hashes"
+
+
+def _manifest(prefix: Path) -> dict:
+    return json.loads((prefix / h.TAG / "manifest.json").read_text())
+
+
+def _versions(manifest: dict) -> dict[str, str]:
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in manifest["packages"]}
+
+
+def _find_links_dirs() -> list[Path]:
+    """The directories this machine's pip configuration lists as find-links, read as the engine reads them."""
+    spec = importlib.util.spec_from_file_location("uv_sources", h.REPO / "scripts/common/install/uv_sources.py")
+    assert spec and spec.loader
+    mapper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mapper)
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True)
+    settings = mapper.settings_from_config(mapper.parse_config_list(listed.stdout))
+    return [Path(s[2].removeprefix("file://")) for s in settings if s[:2] == ("arg", "--find-links")]
+
+
+def test_default_install_ran_on_uv_and_torch_came_from_the_local_file_with_the_locks_hash(
+    good_install: h.GoodInstall,
+) -> None:
+    manifest = _manifest(good_install.prefix)
+    pinned_uv = re.search(r"^uv==(\S+)", TOOLS_LOCK.read_text(), re.MULTILINE)
+    assert pinned_uv
+    assert manifest["installer"] == {"name": "uv", "version": pinned_uv.group(1), "why": "default"}
+    torch = next(p for p in manifest["packages"] if p["name"] == "torch")
+    local = [w for d in _find_links_dirs() for w in d.glob(f"torch-{torch['version']}-*.whl")]
+    assert local, "this machine's pip configuration has no local torch wheel: the test needs the machine's setup"
+    local_hashes = {hashlib.sha256(w.read_bytes()).hexdigest() for w in local}
+    lock = Path(manifest["sources"]["lock_file"]).read_text()
+    torch_entry = re.search(r"^torch==(\S+)((?:\s*\\\n\s*--hash=sha256:[0-9a-f]{64})+)", lock, re.MULTILINE)
+    assert torch_entry and torch_entry.group(1) == torch["version"] == "2.13.0+cpu"
+    assert torch["sha256"] in local_hashes, "torch's recorded hash is not the local file's"
+    assert torch["sha256"] in torch_entry.group(2), "torch's recorded hash is not the lock's"
+    log = good_install.log.read_text()
+    assert re.search(r"/uv pip install .*--require-hashes .*-r .*requirements\.txt", log), "the lock went through uv"
+    assert (good_install.prefix / ".tools" / f"uv-{pinned_uv.group(1)}" / "bin" / "uv").is_file()
+
+
+def test_pip_installer_builds_the_same_environment(
+    install_job: Path, source_repo: Path, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "pip prefix"
+    result = h.run_job(install_job, "--source", str(source_repo), *h.PIP_SOURCE, "--installer", "pip", prefix=prefix)
+    assert result.returncode == 0, result.output[-3000:]
+    manifest = _manifest(prefix)
+    assert manifest["installer"]["name"] == "pip" and manifest["installer"]["why"] == "--installer pip"
+    assert re.search(LOCK_BY_PIP, result.log_text)
+    assert not (prefix / ".tools").exists(), "--installer pip must not bootstrap uv"
+    uv_versions = _versions(_manifest(good_install.prefix))
+    assert _versions(manifest) == uv_versions
+    # Both record each package's hash, pip from its report, uv from the lock: the same files.
+    hashes = {p["name"]: p.get("sha256") for p in manifest["packages"] if p["name"] != "lightning-xpu"}
+    uv_hashes = {p["name"]: p.get("sha256") for p in _manifest(good_install.prefix)["packages"]
+                 if p["name"] != "lightning-xpu"}
+    assert {n: v for n, v in hashes.items() if uv_hashes.get(n)} == {n: v for n, v in uv_hashes.items() if v}
+
+
+def test_falls_back_to_pip_and_says_so_where_uv_cannot_be_had(
+    install_job: Path, source_repo: Path, tmp_path: Path
+) -> None:
+    """A pip constraint that no uv release meets: pip refuses to fetch uv, as on a site with no uv wheel."""
+    constraints = tmp_path / "no-uv.txt"
+    constraints.write_text("uv==0.0.0\n")
+    prefix, output = tmp_path / "fallback prefix", tmp_path / "job.out"
+    job = h.start_job(install_job, "--source", str(source_repo), *h.PIP_SOURCE, prefix=prefix, output=output,
+                      env=h.job_env(PIP_CONSTRAINT=str(constraints)))
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and job.poll() is None:
+            if re.search(LOCK_BY_PIP, output.read_text()):
+                break
+            time.sleep(0.5)
+        text = output.read_text()
+        fallback = r"^note: uv could not be had \(Cannot install uv==.*\): installing with pip instead$"
+        assert re.search(fallback, text, re.MULTILINE), text
+        assert re.search(r"^installer: pip .*\(uv could not be had", text, re.MULTILINE), text
+        assert re.search(LOCK_BY_PIP, text), "the lock did not go to pip"
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=120)
+    assert not (prefix / ".tools" / "uv").exists()
+    assert not (prefix / h.TAG).exists(), "an interrupted first install publishes nothing"
