@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.install
 
-TOOLS_LOCK = h.REPO / "recipes" / "locks" / "install-tools.txt"
+TOOLS_LOCK = h.REPO / "recipes" / "tools" / "install-tools.txt"
 # The environment's own pip installing the lock (not the pip that bootstraps uv).
 LOCK_BY_PIP = r"/bin/python -m pip --disable-pip-version-check --no-input install --require-hashes"
 

@@ -15,7 +15,7 @@
 # `pip config list` to uv's options and refuses, in one line, a key it cannot map.
 
 # The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
-_LXPU_UV_LOCK=recipes/locks/install-tools.txt
+_LXPU_UV_LOCK=recipes/tools/install-tools.txt
 
 _lxpu_installer_validate() {
 	[[ -n "$_lxpu_installer" ]] || _lxpu_installer="${LIGHTNING_XPU_INSTALLER:-auto}"
