@@ -246,6 +246,7 @@ def test_mpiexec_with_more_ranks_than_devices_is_refused_in_every_rank(launcher:
     output = _run([_mpiexec(launcher), "-n", "2", *_per_rank_command(tmp_path)], _rank_environment())
     line = ("LaunchError: MPICH/Intel MPI mpiexec started 2 ranks on this node, but the Trainer uses 1 device per"
             " node (devices=1): set `devices=2`, or start 1 rank per node (-ppn 1)")
+    assert f"\n{line}\n" in (REPO / "docs" / "xpu-guide.md").read_text(), "the guide shows another line"
     for devices in DEVICE_ARGUMENTS:
         (rc0, log0), (rc1, log1) = _rank_results(tmp_path, devices, output)
         assert (rc0, rc1) == (1, 1), f"devices={devices}:\n{log0}\n{log1}"
