@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .artifacts import Artifact, Renderer
+from .artifacts import Artifact, Renderer, modulefile_path, repository_modulerc
 from .errors import RecipeError
 from .matrix import Version
 from .sites import Site
@@ -17,7 +17,7 @@ from .sites import Site
 COMMITTED_PATTERNS = (
     "scripts/*/install_lightning_*.sh",
     "scripts/*/smoke_lightning_*.sh",
-    "modulefiles/lightning-xpu/*.lua",
+    "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
 )
 
 
@@ -35,6 +35,15 @@ def render_selection(
                 if previous is not None and previous.content != artifact.content:
                     raise RecipeError(f"{artifact.path}: renders differently for different sites")
                 by_path[artifact.path] = artifact
+    tags = [
+        version.tag(name)
+        for version in versions
+        for name in version.variants
+        if modulefile_path(version.tag(name)) in by_path
+    ]
+    if tags:
+        modulerc = repository_modulerc(tags)
+        by_path[modulerc.path] = modulerc
     return list(by_path.values())
 
 
