@@ -36,6 +36,11 @@ class _PatchAfterExec(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        # Lightning reads RANK, LOCAL_RANK and SLURM_PROCID with a bare int() while it is imported: a malformed
+        # one must be refused by the one launch-input rule first (lightning_xpu/environments/inputs.py).
+        from lightning_xpu.environments.inputs import check_launch_variables
+
+        check_launch_variables(os.environ)
         self._loader.exec_module(module)
         from lightning_xpu._apply import apply_for_top_level
 

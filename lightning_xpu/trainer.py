@@ -1,13 +1,18 @@
 """Trainer extras: the device banner reports XPU, and checkpoints saved on XPU load where there is none.
 
-- `trainer.setup._log_device_info` logs "GPU available" for CUDA/MPS only: Lightning's lines stay, ours follows
-  them where XPU is available (off XPU the banner is Lightning's, byte for byte).
+- `trainer.setup._log_device_info` logs "GPU available" for CUDA/MPS only: Lightning's lines stay; ours follow.
+  One line always states the device used and, inside our environments, the environment and its variant, taken
+  from `LIGHTNING_XPU_ROOT` (`<prefix>/<tag>`, set by the module and the setup script), so a job that fell back
+  to CPU says so in its log. The XPU line follows where XPU is used or may be: never inside an environment of
+  another variant (cpu, cuda), whose machine did not ask for XPU: querying XPU there could poison a later fork.
 - `core.saving._default_map_location` (used by `load_from_checkpoint` when no `map_location` is given) moves
   cuda/mps/xla storages to CPU when that device is missing, but not xpu storages, so `torch.load` raises.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from lightning_xpu import device as xpu
@@ -16,14 +21,32 @@ from lightning_xpu._patching import wrap
 from lightning_xpu.accelerator import is_xpu_accelerator
 
 
+def environment_tag() -> str | None:
+    """The tag of the lightning-xpu environment this process runs in (`2.13`, `2.13-cpu`), None outside one."""
+    root = os.environ.get("LIGHTNING_XPU_ROOT", "").rstrip("/")
+    return (Path(root).name or None) if root else None
+
+
+def variant_of(tag: str) -> str:
+    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (recipes/lxpu_recipes/matrix.py `tag_of`)."""
+    return tag.partition("-")[2] or "xpu"
+
+
 def _banner_reports_xpu(namespace: Namespace) -> Any:
     def make(original: Any) -> Any:
         def log_device_info(trainer: Any) -> None:
             original(trainer)
-            if not xpu.xpu_available():
-                return
             rank_zero = namespace.pytorch_module("utilities.rank_zero")
             used = is_xpu_accelerator(trainer.accelerator)
+            tag = environment_tag()
+            where = f", in lightning-xpu/{tag} ({variant_of(tag)} variant)" if tag else ""
+            try:
+                device = str(trainer.strategy.root_device)
+            except Exception:  # a strategy whose device is only known after launch (XLA)
+                device = type(trainer.accelerator).__name__
+            rank_zero.rank_zero_info(f"lightning_xpu: training on {device}{where}")
+            if not used and ((tag and variant_of(tag) != "xpu") or not xpu.xpu_available()):
+                return  # not asked for (an environment of another variant, never queried), or not there
             count = xpu.xpu_device_count()
             rank_zero.rank_zero_info(f"XPU available: True ({count} device{'s' * (count != 1)}), used: {used}")
             if not used:

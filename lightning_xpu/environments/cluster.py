@@ -17,13 +17,22 @@ from typing import Any, ClassVar
 
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu.environments import rendezvous
-from lightning_xpu.environments.launch import HYDRA, OPENMPI, PALS, Ranks, launch_ranks, mpi_launcher
+from lightning_xpu.environments.launch import (
+    HYDRA,
+    LAUNCHER_WORDS,
+    OPENMPI,
+    PALS,
+    LaunchMismatch,
+    Ranks,
+    launch_ranks,
+    mismatch,
+    mpi_launcher,
+)
 
 log = logging.getLogger(__name__)
 
-# Class name and what the user ran, per launcher.
+# Class name per launcher.
 _CLASS_NAMES = {HYDRA: "HydraEnvironment", PALS: "PALSEnvironment", OPENMPI: "OpenMPIEnvironment"}
-_LAUNCHER_WORDS = {HYDRA: "MPICH/Intel MPI mpiexec", PALS: "PALS mpiexec", OPENMPI: "Open MPI mpirun"}
 
 
 class _LaunchedEnvironmentMethods:
@@ -76,25 +85,9 @@ class _LaunchedEnvironmentMethods:
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Lightning's arguments must describe the launch, or ranks would wait for peers that never come."""
         ranks = self.ranks()
-        launched = _LAUNCHER_WORDS[self.launcher]
-        if ranks.local_world_size != num_devices:
-            raise ValueError(
-                f"You set `devices={num_devices}` in Lightning, but {launched} started {ranks.local_world_size}"
-                f" ranks on this node. HINT: set `devices={ranks.local_world_size}` or start {num_devices} ranks"
-                " per node."
-            )
-        if ranks.world_size != num_devices * num_nodes:
-            raise ValueError(
-                f"You set `num_nodes={num_nodes}` and `devices={num_devices}` in Lightning, but {launched} started"
-                f" {ranks.world_size} ranks in all. HINT: set `num_nodes={max(ranks.world_size // num_devices, 1)}`"
-                " or start that many ranks per node on each node."
-            )
-        if ranks.global_rank != ranks.node_rank * num_devices + ranks.local_rank:
-            raise ValueError(
-                f"{launched} placed rank {ranks.global_rank} as local rank {ranks.local_rank} of node"
-                f" {ranks.node_rank}, but Lightning numbers ranks node by node. HINT: place consecutive ranks"
-                f" on the same node (block placement, e.g. `-ppn {num_devices}`, no round-robin)."
-            )
+        problem = mismatch(self.launcher, ranks, num_devices, num_nodes)
+        if problem:
+            raise LaunchMismatch(problem, ranks.local_rank)
 
 
 @functools.cache
@@ -106,7 +99,7 @@ def _environment_classes(fabric: str) -> dict[str, type]:
             (_LaunchedEnvironmentMethods, environments.ClusterEnvironment),
             {
                 "__module__": __name__,
-                "__doc__": f"Processes started by {_LAUNCHER_WORDS[launcher]} (no mpi4py needed).",
+                "__doc__": f"Processes started by {LAUNCHER_WORDS[launcher]} (no mpi4py needed).",
                 "launcher": launcher,
                 "_first_slurm_host": staticmethod(environments.SLURMEnvironment.resolve_root_node_address),
             },

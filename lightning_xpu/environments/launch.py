@@ -35,16 +35,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_xpu.environments.errors import LaunchError, LaunchMismatch
+from lightning_xpu.environments.inputs import tasks_per_node, whole_number
+
 HYDRA = "hydra"  # MPICH or Intel MPI `mpiexec`/`mpirun`
 PALS = "pals"  # HPE Cray PALS `mpiexec` (Aurora, under PBS)
 OPENMPI = "openmpi"  # Open MPI `mpirun`/`mpiexec`
 SRUN = "srun"  # Slurm's own launcher: Lightning's SLURMEnvironment handles it
 MPI_LAUNCHERS = (PALS, OPENMPI, HYDRA)
+# What the user ran, and how to start N ranks per node with it.
+LAUNCHER_WORDS = {HYDRA: "MPICH/Intel MPI mpiexec", PALS: "PALS mpiexec", OPENMPI: "Open MPI mpirun", SRUN: "srun"}
+_PER_NODE_OPTION = {HYDRA: "-ppn {n}", PALS: "--ppn {n}", OPENMPI: "--npernode {n}", SRUN: "--ntasks-per-node={n}"}
 
-
-class LaunchError(RuntimeError):
-    """The launcher's variables are missing or contradict each other."""
-
+__all__ = ["LaunchError", "LaunchMismatch"]  # re-exported: callers import them from here
 
 @dataclass(frozen=True)
 class Ranks:
@@ -91,12 +94,47 @@ _RANK_VARIABLES = {
 
 
 def launch_ranks(launcher: str, environ: Mapping[str, str]) -> Ranks:
-    """The ranks an MPI launcher gave this process."""
+    """The ranks a launcher (an MPI launcher or srun) gave this process."""
     if launcher in _RANK_VARIABLES:
         return _checked(_block_placed(environ, *_RANK_VARIABLES[launcher]))
     if launcher == PALS:
         return _checked(_pals_ranks(environ))
-    raise ValueError(f"not an MPI launcher: {launcher!r} (expected one of {', '.join(MPI_LAUNCHERS)})")
+    if launcher == SRUN:
+        return _checked(_srun_ranks(environ))
+    raise ValueError(f"not a launcher: {launcher!r} (expected one of {', '.join(LAUNCHER_WORDS)})")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def mismatch(launcher: str, ranks: Ranks, devices: int, num_nodes: int, user: str = "Lightning") -> str | None:
+    """Why `devices` processes per node on `num_nodes` nodes do not fit the launch, with the fix; None if they do.
+
+    `user` names who took the arguments ("the Trainer", "Fabric").
+    """
+    launched = LAUNCHER_WORDS[launcher]
+    per_node = ranks.local_world_size
+    if per_node != devices:
+        option = _PER_NODE_OPTION[launcher].format(n=devices)
+        return (
+            f"{launched} started {_plural(per_node, 'rank')} on this node, but {user} uses"
+            f" {_plural(devices, 'device')} per node (devices={devices}): set `devices={per_node}`,"
+            f" or start {_plural(devices, 'rank')} per node ({option})"
+        )
+    if ranks.world_size != devices * num_nodes:
+        nodes = max(ranks.world_size // devices, 1)
+        return (
+            f"{launched} started {ranks.world_size} ranks in all ({per_node} per node), but {user} has"
+            f" num_nodes={num_nodes}: set `num_nodes={nodes}`, or start {per_node * num_nodes} ranks in all"
+        )
+    if ranks.global_rank != ranks.node_rank * devices + ranks.local_rank:
+        return (
+            f"{launched} placed rank {ranks.global_rank} as local rank {ranks.local_rank} of node"
+            f" {ranks.node_rank}, but Lightning numbers ranks node by node: place consecutive ranks on the same"
+            f" node (block placement, {_PER_NODE_OPTION[launcher].format(n=devices)}, no round-robin)"
+        )
+    return None
 
 
 def node_file_hosts(path: str) -> list[str]:
@@ -108,14 +146,11 @@ def node_file_hosts(path: str) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def _int(environ: Mapping[str, str], *names: str) -> int:
-    """The first of `names` that is set, as an integer."""
+def _int(environ: Mapping[str, str], *names: str, minimum: int = 0) -> int:
+    """The first of `names` that is set, as a whole number (see `inputs.whole_number`)."""
     for name in names:
         if name in environ:
-            try:
-                return int(environ[name])
-            except ValueError:
-                raise LaunchError(f"{name}={environ[name]!r} is not an integer; the launcher set it wrongly") from None
+            return whole_number(name, environ[name], minimum)
     raise LaunchError(f"{' or '.join(names)} is not set: the launcher did not provide it")
 
 
@@ -124,12 +159,10 @@ def _block_placed(
 ) -> Ranks:
     """Nodes hold equal blocks of consecutive ranks (checked by the cluster environment's validate_settings)."""
     rank = _int(environ, global_rank)
-    local_size = _int(environ, local_world_size)
-    if local_size < 1:
-        raise LaunchError(f"{local_world_size}={local_size}: the launcher must start at least one rank per node")
+    local_size = _int(environ, local_world_size, minimum=1)
     return Ranks(
         global_rank=rank,
-        world_size=_int(environ, world_size),
+        world_size=_int(environ, world_size, minimum=1),
         local_rank=_int(environ, local_rank),
         local_world_size=local_size,
         node_rank=rank // local_size,
@@ -137,12 +170,10 @@ def _block_placed(
 
 
 def _pals_ranks(environ: Mapping[str, str]) -> Ranks:
-    local_size = _int(environ, "PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE")
-    if local_size < 1:
-        raise LaunchError(f"PALS_LOCAL_SIZE/PMI_LOCAL_SIZE={local_size}: PALS must start at least one rank per node")
+    local_size = _int(environ, "PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE", minimum=1)
     rank = _int(environ, "PALS_RANKID")
     if "PMI_SIZE" in environ:
-        world_size = _int(environ, "PMI_SIZE")
+        world_size = _int(environ, "PMI_SIZE", minimum=1)
     elif "PBS_NODEFILE" in environ:
         world_size = len(node_file_hosts(environ["PBS_NODEFILE"])) * local_size
     else:
@@ -154,6 +185,25 @@ def _pals_ranks(environ: Mapping[str, str]) -> Ranks:
         local_rank=_int(environ, "PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"),
         local_world_size=local_size,
         node_rank=node_rank,
+    )
+
+
+def _srun_ranks(environ: Mapping[str, str]) -> Ranks:
+    """srun's step: SLURM_PROCID of SLURM_STEP_NUM_TASKS, SLURM_LOCALID of this node's entry in the step's
+    tasks-per-node list ("4(x2),2"), SLURM_NODEID."""
+    node = _int(environ, "SLURM_NODEID") if "SLURM_NODEID" in environ else 0
+    name = "SLURM_STEP_TASKS_PER_NODE" if "SLURM_STEP_TASKS_PER_NODE" in environ else "SLURM_TASKS_PER_NODE"
+    if name in environ:
+        counts = tasks_per_node(name, environ[name])
+        local_size = counts[node] if node < len(counts) else counts[-1]
+    else:
+        local_size = _int(environ, "SLURM_NTASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", minimum=1)
+    return Ranks(
+        global_rank=_int(environ, "SLURM_PROCID"),
+        world_size=_int(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", minimum=1),
+        local_rank=_int(environ, "SLURM_LOCALID"),
+        local_world_size=local_size,
+        node_rank=node,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping
 
+from lightning_xpu.environments import inputs
 from lightning_xpu.environments.launch import LaunchError, Ranks, node_file_hosts
 
 # Used when nothing identifies the launch (MPICH `mpiexec` outside any batch job); PyTorch's own default.
@@ -26,10 +27,7 @@ LOCAL_HOST = "127.0.0.1"
 def main_port(environ: Mapping[str, str]) -> int:
     """`MASTER_PORT`, else a port hashed from the launch's shared id, else `DEFAULT_MAIN_PORT`."""
     if "MASTER_PORT" in environ:
-        text = environ["MASTER_PORT"]
-        if not text.isdigit() or not 0 < int(text) < 65536:
-            raise LaunchError(f"MASTER_PORT={text!r} is not a port number; set it to a free port in 1024-65535")
-        return int(text)
+        return inputs.port(environ["MASTER_PORT"])
     for name in SHARED_ID_VARIABLES:
         value = environ.get(name)
         if value:
@@ -43,9 +41,8 @@ def main_address(environ: Mapping[str, str], ranks: Ranks, first_slurm_host: Cal
 
     `first_slurm_host` turns a Slurm node list (`node[1-4]`) into its first host name (Lightning's resolver).
     """
-    address = environ.get("MASTER_ADDR")
-    if address:
-        return address
+    if "MASTER_ADDR" in environ:
+        return inputs.address(environ["MASTER_ADDR"])
     if ranks.local_world_size == ranks.world_size:
         return LOCAL_HOST
     node_list = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")

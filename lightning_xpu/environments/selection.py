@@ -8,6 +8,14 @@ on every device, CPU and CUDA included, because Lightning gets this wrong on all
 Order kept: a cluster environment the user passed wins; TorchElastic keeps its priority (and LSF's jsrun,
 which Lightning also reads right); then the launcher evidence (`launch.mpi_launcher`) picks ours; otherwise
 Lightning's original choice runs untouched.
+
+Two refusals, both one-line `LaunchError`s raised while the Trainer or Fabric is built (before any work):
+- a malformed launch variable, whatever the launcher (`inputs.check_launch_variables`);
+- a launch that does not fit the arguments: more (or fewer) ranks per node than the Trainer or Fabric uses,
+  for every strategy including the default single-device one, which plain Lightning never checks (so
+  `mpiexec -n 2` with `devices=1` would run two independent trainings). Under our MPI environments this holds
+  on every device; under srun only on XPU: off XPU srun keeps Lightning's behaviour (its `validate_settings`
+  at fit for DDP, independent runs for a single device).
 """
 
 from __future__ import annotations
@@ -18,8 +26,19 @@ from typing import Any
 
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
-from lightning_xpu.environments.cluster import environment_class
-from lightning_xpu.environments.launch import MPI_LAUNCHERS, detect_launcher, mpi_launcher
+from lightning_xpu.accelerator import is_xpu_accelerator
+from lightning_xpu.environments.cluster import _LaunchedEnvironmentMethods, environment_class
+from lightning_xpu.environments.inputs import check_launch_variables
+from lightning_xpu.environments.launch import (
+    LAUNCHER_WORDS,
+    MPI_LAUNCHERS,
+    SRUN,
+    LaunchMismatch,
+    detect_launcher,
+    launch_ranks,
+    mismatch,
+    mpi_launcher,
+)
 
 _CHOOSER = "_choose_and_init_cluster_environment"
 
@@ -32,6 +51,7 @@ def _choose_by_launcher(namespace: Namespace) -> Callable[[Callable[..., Any]], 
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def choose(self: Any) -> Any:
+            check_launch_variables(os.environ)
             user_choice = isinstance(getattr(self, "_cluster_environment_flag", None), environments.ClusterEnvironment)
             if user_choice or any(environment.detect() for environment in lightnings_own):
                 return original(self)
@@ -41,6 +61,49 @@ def _choose_by_launcher(namespace: Namespace) -> Callable[[Callable[..., Any]], 
             return environment_class(namespace, launcher)()
 
         return choose
+
+    return make
+
+
+def _launcher_that_must_fit(connector: Any, slurm: type) -> str | None:
+    """The launcher whose ranks the connector's arguments must describe, or None where Lightning decides."""
+    environment = connector.cluster_environment
+    if isinstance(environment, _LaunchedEnvironmentMethods):
+        return environment.launcher
+    if isinstance(environment, slurm) and is_xpu_accelerator(connector.accelerator):
+        return SRUN if detect_launcher(os.environ) == SRUN else None
+    return None
+
+
+def _refuse_a_launch_that_does_not_fit(
+    namespace: Namespace, user: str, launchers: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`launchers`: the strategies.launchers.subprocess_script module of the connector's package; its launcher
+    is the one that runs in ranks someone else started (the others spawn or fork their own)."""
+    slurm = namespace.fabric_module("plugins.environments").SLURMEnvironment
+    fits = launchers._SubprocessScriptLauncher
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def lazy_init_strategy(self: Any) -> None:
+            original(self)
+            launcher = _launcher_that_must_fit(self, slurm)
+            if launcher is None:
+                return
+            ranks = launch_ranks(launcher, os.environ)
+            strategy = self.strategy
+            if strategy.launcher is not None and not isinstance(strategy.launcher, fits):
+                raise LaunchMismatch(
+                    f"{LAUNCHER_WORDS[launcher]} started the ranks, but {user} was given a strategy that"
+                    f" starts processes itself ({type(strategy).__name__}): use strategy='ddp'",
+                    ranks.local_rank,
+                )
+            devices = getattr(strategy, "parallel_devices", None)
+            problem = mismatch(launcher, ranks, len(devices) if devices else 1, getattr(strategy, "num_nodes", 1),
+                               user)
+            if problem:
+                raise LaunchMismatch(problem, ranks.local_rank)
+
+        return lazy_init_strategy
 
     return make
 
@@ -66,8 +129,13 @@ def apply_fabric(namespace: Namespace) -> None:
     # "srun is available but not used" would misfire under mpiexec on a machine with Slurm installed.
     wrap(slurm, "_validate_srun_used", _unless_mpi_launched(None))
     wrap(namespace.fabric_module("connector")._Connector, _CHOOSER, _choose_by_launcher(namespace))
+    wrap(namespace.fabric_module("connector")._Connector, "_lazy_init_strategy",
+         _refuse_a_launch_that_does_not_fit(namespace, "Fabric",
+                                            namespace.fabric_module("strategies.launchers.subprocess_script")))
 
 
 def apply_pytorch(namespace: Namespace) -> None:
     connector = namespace.pytorch_module("trainer.connectors.accelerator_connector")._AcceleratorConnector
     wrap(connector, _CHOOSER, _choose_by_launcher(namespace))
+    launchers = namespace.pytorch_module("strategies.launchers.subprocess_script")
+    wrap(connector, "_lazy_init_strategy", _refuse_a_launch_that_does_not_fit(namespace, "the Trainer", launchers))

@@ -31,6 +31,41 @@ if not prefix then
   LmodError("lightning-xpu/" .. tag .. ": this modulefile must sit in <prefix>/modulefiles/lightning-xpu/ "
     .. "(as the install job puts it), not at " .. modfile)
 end
+-- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
+local function quoted(path)
+  return "'" .. path:gsub("'", "'\\''") .. "'"
+end
+
+-- Variant guard and repository copy (issue 14), one block. `module load lightning-xpu/<ver>` loads exactly
+-- <ver>: Lmod 8.6 matches a version by prefix, so lightning-xpu/2.13 would load this cpu build
+-- when no other 2.13 is installed; refuse that and name the exact module and the installed variants
+-- (a load without a version, or by its full name, is Lmod's choice and passes). The repository's own copy of
+-- this file (a template, hidden by its .modulerc.lua) says so and how to install.
+if mode() == "load" then
+  local asked = myModuleUsrName():match("^[^/]+/(.+)$")
+  if asked and asked ~= tag and asked ~= "default" and asked ~= "latest" then
+    local installed = {}
+    for dir in (os.getenv("MODULEPATH") or ""):gmatch("[^:]+") do
+      for _, sibling in ipairs({ "2.13", "2.13-cpu", "2.13-cuda" }) do
+        local name = "lightning-xpu/" .. sibling
+        if isFile(pathJoin(dir, name .. ".lua")) and not installed[name] then
+          installed[name] = true
+          installed[#installed + 1] = name
+        end
+      end
+    end
+    LmodError("lightning-xpu/" .. asked .. " is not installed: Lmod matched it to lightning-xpu/" .. tag
+      .. " (cpu), which is not what you asked for. Load it by its exact name, module load lightning-xpu/" .. tag
+      .. ", or install " .. asked .. ". Installed variants of 2.13: " .. table.concat(installed, ", "))
+  end
+  if isFile(pathJoin(prefix, "recipes/templates/modulefile.lua.j2")) then
+    LmodError("lightning-xpu/" .. tag .. ": this is the repository's copy of the modulefile (" .. quoted(modfile)
+      .. "), a template with no environment behind it. Install it: bash "
+      .. quoted(pathJoin(prefix, "scripts/<site>/install_lightning_2.13.sh"))
+      .. " --variant cpu --prefix '<your prefix>', then module use '<your prefix>/modulefiles'")
+  end
+end
+
 local root = pathJoin(prefix, tag)
 -- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
 -- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
@@ -98,12 +133,12 @@ end
 local site_env = pathJoin(root, "lightning-xpu-site.sh")
 if mode() == "load" then
   if not isFile(pathJoin(root, "bin/python")) then
-    LmodError("lightning-xpu/" .. tag .. ": no environment at " .. root
-      .. ": run install_lightning_2.13.sh --variant cpu --prefix " .. prefix)
+    LmodError("lightning-xpu/" .. tag .. ": no environment at " .. quoted(root)
+      .. ": run install_lightning_2.13.sh --variant cpu --prefix " .. quoted(prefix))
   end
   if not isFile(site_env) then
-    LmodError("lightning-xpu/" .. tag .. ": " .. site_env .. " is missing (incomplete install): "
-      .. "rerun install_lightning_2.13.sh --variant cpu --force --prefix " .. prefix)
+    LmodError("lightning-xpu/" .. tag .. ": " .. quoted(site_env) .. " is missing (incomplete install): "
+      .. "rerun install_lightning_2.13.sh --variant cpu --force --prefix " .. quoted(prefix))
   end
 end
 
@@ -130,7 +165,7 @@ pushenv("LIGHTNING_XPU_ROOT", root)
 
 -- The site variables (only where the user has not set them). source_sh runs bash on the command string, so
 -- the path is single-quoted (a prefix may contain spaces).
-source_sh("bash", "'" .. site_env:gsub("'", "'\\''") .. "'")
+source_sh("bash", quoted(site_env))
 
 -- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
 -- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
@@ -139,6 +174,6 @@ if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1"
     and ((os.getenv("SLURM_JOB_ID") or "") ~= "" or (os.getenv("PBS_JOBID") or "") ~= "") then
   local stage = pathJoin(root, "bin/lightning-xpu-stage")
   if isFile(stage) then
-    execute{cmd = "eval \"$('" .. stage:gsub("'", "'\\''") .. "' --shell)\"", modeA = {"load"}}
+    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell)\"", modeA = {"load"}}
   end
 end

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .artifacts import Artifact, Renderer
+from .artifacts import Artifact, Renderer, repository_modulerc
 from .errors import RecipeError
 from .matrix import Version
 from .sites import Site
@@ -20,7 +20,7 @@ COMMITTED_PATTERNS = (
     "scripts/*/install_lightning_*.sh",
     "scripts/*/smoke_lightning_*.sh",
     "scripts/common/setup/lightning-setup-*.sh",
-    "modulefiles/lightning-xpu/*.lua",
+    "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
 )
 _HAND_WRITTEN = ("scripts/common/install_lightning_", "scripts/common/smoke_lightning_")
 
@@ -39,6 +39,15 @@ def render_selection(
                 if previous is not None and previous.content != artifact.content:
                     raise RecipeError(f"{artifact.path}: renders differently for different sites")
                 by_path[artifact.path] = artifact
+    tags = [
+        version.tag(name)
+        for version in versions
+        for name in version.variants
+        if version.names(name).modulefile in by_path
+    ]
+    if tags:
+        modulerc = repository_modulerc(tags)
+        by_path[modulerc.path] = modulerc
     return list(by_path.values())
 
 

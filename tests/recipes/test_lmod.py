@@ -123,17 +123,17 @@ def test_modulefile_load_unload_round_trip(
 
 def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_path: Path) -> None:
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
-    modulefiles = tmp_path / "prefix/modulefiles/lightning-xpu"
+    modulefiles = tmp_path / "pre fix/modulefiles/lightning-xpu"
     modulefiles.mkdir(parents=True)
     modulefiles.joinpath("2.13-cpu.lua").write_text(rendered.text("modulefiles/lightning-xpu/2.13-cpu.lua"))
     script = (
-        f'source "{LMOD_INIT}"; module use "{tmp_path}/prefix/modulefiles"; '
+        f'source "{LMOD_INIT}"; module use "{tmp_path}/pre fix/modulefiles"; '
         "module load lightning-xpu/2.13-cpu"
     )
     done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     message = " ".join(done.stderr.split())
-    assert f"lightning-xpu/2.13-cpu: no environment at {tmp_path}/prefix/2.13-cpu" in message
-    assert "run install_lightning_2.13.sh --variant cpu --prefix" in message
+    assert f"lightning-xpu/2.13-cpu: no environment at '{tmp_path}/pre fix/2.13-cpu'" in message
+    assert f"run install_lightning_2.13.sh --variant cpu --prefix '{tmp_path}/pre fix'" in message
 
 
 def test_one_family_at_a_time(rendered: Rendered, recipes: Recipes, tmp_path: Path) -> None:
@@ -152,3 +152,54 @@ def test_one_family_at_a_time(rendered: Rendered, recipes: Recipes, tmp_path: Pa
     assert root == str(second.build)
     assert f"{second.build}/bin" in path.split(":") and f"{first.build}/bin" not in path.split(":")
     assert "lightning-xpu/2.13-cpu" not in done.stderr
+
+
+def _lmod(script: str, home: Path) -> tuple[str, str]:
+    """Run `script` after Lmod's init; (stdout, stderr with Lmod's line wrapping undone)."""
+    done = bash(f'source "{LMOD_INIT}"\n{script}', {"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    return done.stdout, " ".join(done.stderr.split())
+
+
+def test_a_version_without_its_variant_loads_nothing(rendered: Rendered, tmp_path: Path) -> None:
+    """Lmod 8.6 matches `lightning-xpu/2.13` to `2.13-cpu` by prefix: the variant guard refuses it."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        'module load lightning-xpu/2.13; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"; module -t list 2>&1\n'
+        'module load lightning-xpu/2.13-cpu; echo "exact=${LIGHTNING_XPU_ROOT:-none}"',
+        tmp_path,
+    )
+    assert "status=1 root=none" in out, (out, err)
+    assert "No modules loaded" in out, out
+    assert ("lightning-xpu/2.13 is not installed: Lmod matched it to lightning-xpu/2.13-cpu (cpu), which is not"
+            " what you asked for. Load it by its exact name, module load lightning-xpu/2.13-cpu, or install 2.13."
+            " Installed variants of 2.13: lightning-xpu/2.13-cpu") in err, err
+    assert f"exact={prefix}/2.13-cpu" in out, (out, err)  # the exact name still loads
+
+
+def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: Path) -> None:
+    """A clone on MODULEPATH offers nothing (hidden, no default) and a load by full name says how to install."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    clone = tmp_path / "my clone"
+    (clone / "recipes/templates").mkdir(parents=True)
+    (clone / "recipes/templates/modulefile.lua.j2").write_text("")  # what marks a repository
+    (clone / "modulefiles/lightning-xpu").mkdir(parents=True)
+    for name in (".modulerc.lua", "2.13-cpu.lua", "2.14.lua"):
+        path = f"modulefiles/lightning-xpu/{name}"
+        (clone / path).write_text(rendered.text(path))
+        assert (REPO / path).read_text() == rendered.text(path), f"{path} is not rendered: run render.py render"
+    out, err = _lmod(
+        f'module use "{clone}/modulefiles"\n'
+        'echo "avail=[$(module -t avail lightning-xpu 2>&1)]"\n'
+        'module load lightning-xpu; echo "versionless=$?"\n'
+        'module load lightning-xpu/2.13-cpu; echo "full=$? root=${LIGHTNING_XPU_ROOT:-none}"',
+        tmp_path,
+    )
+    assert "avail=[]" in out, out  # nothing offered, no default marked
+    assert "versionless=1" in out and "full=1 root=none" in out, (out, err)
+    assert (f"lightning-xpu/2.13-cpu: this is the repository's copy of the modulefile"
+            f" ('{clone}/modulefiles/lightning-xpu/2.13-cpu.lua'), a template with no environment behind it."
+            f" Install it: bash '{clone}/scripts/<site>/install_lightning_2.13.sh' --variant cpu"
+            " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'") in err, err

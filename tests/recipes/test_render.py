@@ -279,7 +279,9 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
         expected.append(f"modulefiles/lightning-xpu/{tag}.lua")
         expected.append(f"scripts/common/setup/lightning-setup-{tag}.sh")
     expected += ["scripts/generic/install_lightning_2.99.sh", "scripts/generic/smoke_lightning_2.99.sh"]
+    expected.append("modulefiles/lightning-xpu/.modulerc.lua")  # hides the rendered modulefiles (templates)
     assert produced == sorted(expected)
+    assert (out / "modulefiles/lightning-xpu/.modulerc.lua").read_text().count("hide_version(") == 3
     assert run_render("check", repo=temp_repo).returncode == 0
 
 

@@ -97,11 +97,11 @@ def test_pals_world_size_from_the_node_file_when_pmi_size_is_absent(tmp_path: Pa
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({**launches.MPICH, "PMI_RANK": "one"}, r"PMI_RANK='one' is not an integer"),
+        ({**launches.MPICH, "PMI_RANK": "one"}, r"^PMI_RANK='one' is not a whole number of 0 or more: unset it"),
         ({k: v for k, v in launches.MPICH.items() if k != "MPI_LOCALNRANKS"}, "MPI_LOCALNRANKS is not set"),
         ({**launches.MPICH, "PMI_RANK": "2"}, "outside the world of 2 ranks"),
         ({**launches.MPICH, "MPI_LOCALRANKID": "2"}, "outside the 2 ranks of this node"),
-        ({**launches.MPICH, "MPI_LOCALNRANKS": "0"}, "at least one rank per node"),
+        ({**launches.MPICH, "MPI_LOCALNRANKS": "0"}, "MPI_LOCALNRANKS='0' is not a whole number of 1 or more"),
         ({**launches.MPICH, "MPI_LOCALNRANKS": "3", "PMI_SIZE": "2"}, "exceed the world"),
     ],
 )
@@ -247,7 +247,7 @@ def test_cluster_environment_reads_os_environ_and_writes_nothing(namespace, monk
     ("environ", "devices", "nodes", "message"),
     [
         (launches.MPICH_TWO_HOSTS_IN_SBATCH, 1, 2, r"set `devices=2`"),
-        (launches.MPICH_TWO_HOSTS_IN_SBATCH, 2, 1, r"started 4 ranks in all. HINT: set `num_nodes=2`"),
+        (launches.MPICH_TWO_HOSTS_IN_SBATCH, 2, 1, r"\(2 per node\), but Lightning has num_nodes=1: set `num_nodes=2`"),
         # ranks dealt round-robin: rank 3 is local rank 0 of its host
         ({**launches.MPICH_TWO_HOSTS_IN_SBATCH, "MPI_LOCALRANKID": "0"}, 2, 2, r"block placement"),
         ({**launches.PALS, "PALS_NODEID": "1"}, 2, 1, r"numbers ranks node by node"),

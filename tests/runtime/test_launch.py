@@ -179,3 +179,96 @@ def test_ddp_fit_in_an_sbatch_job(launcher: str, environment: str, tmp_path: Pat
     if launcher != "srun":
         derived = main_port({"SLURM_JOB_ID": job_id})
         assert (reports[0]["master_addr"], reports[0]["master_port"]) == ("127.0.0.1", derived), output
+
+
+# ---- a launch that does not fit the script is refused (or, srun off XPU, left to Lightning) --------------
+
+# A user's script without a strategy: `devices` from argv ("default": not passed), Lightning's default
+# checkpointing into its own folder. Prints what it ran.
+USER_FIT = """
+import sys
+import lightning_xpu  # what our environments' autoload hook does
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+out, devices = sys.argv[1], sys.argv[2]
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+arguments = {} if devices == "default" else {"devices": int(devices)}
+trainer = pl.Trainer(max_epochs=1, default_root_dir=out, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, **arguments)
+trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+print("fitted", trainer.global_rank, trainer.world_size, type(trainer.strategy).__name__)
+"""
+DEVICE_ARGUMENTS = ("1", "default")
+# Every rank runs the script once per devices argument, its output and exit status kept per rank.
+PER_RANK = """rank=${PMI_RANK:-${SLURM_PROCID:-x}}
+for devices in "${@:4}"; do
+  "$1" "$2" "$3/$devices-rank$rank" "$devices" >"$3/$devices-rank$rank.log" 2>&1
+  echo $? >"$3/$devices-rank$rank.rc"
+done
+"""
+
+
+def _per_rank_command(tmp_path: Path) -> list[str]:
+    fit = tmp_path / "train.py"
+    fit.write_text(USER_FIT)
+    out = tmp_path / "runs"
+    out.mkdir()
+    return ["bash", "-c", PER_RANK, "per-rank", sys.executable, str(fit), str(out), *DEVICE_ARGUMENTS]
+
+
+def _rank_results(tmp_path: Path, devices: str, context: str) -> list[tuple[int, str]]:
+    """(exit status, output) of rank 0 and rank 1 for one devices argument."""
+    results = []
+    for rank in (0, 1):
+        rc = tmp_path / "runs" / f"{devices}-rank{rank}.rc"
+        assert rc.is_file(), f"rank {rank} did not run the script with devices={devices}\n{context}"
+        log = (tmp_path / "runs" / f"{devices}-rank{rank}.log").read_text()
+        results.append((int(rc.read_text()), log))
+    return results
+
+
+@pytest.mark.parametrize("launcher", [pytest.param("mpich", marks=pytest.mark.mpi),
+                                      pytest.param("impi", marks=pytest.mark.impi)])
+def test_mpiexec_with_more_ranks_than_devices_is_refused_in_every_rank(launcher: str, tmp_path: Path) -> None:
+    """`mpiexec -n 2 python train.py` with devices=1 or the default: every rank stops before training, local
+    rank 0 prints the one documented line (docs/xpu-guide.md), nothing is trained or checkpointed."""
+    output = _run([_mpiexec(launcher), "-n", "2", *_per_rank_command(tmp_path)], _rank_environment())
+    line = ("LaunchError: MPICH/Intel MPI mpiexec started 2 ranks on this node, but the Trainer uses 1 device per"
+            " node (devices=1): set `devices=2`, or start 1 rank per node (-ppn 1)")
+    assert f"\n{line}\n" in (REPO / "docs" / "xpu-guide.md").read_text(), "the guide shows another line"
+    for devices in DEVICE_ARGUMENTS:
+        (rc0, log0), (rc1, log1) = _rank_results(tmp_path, devices, output)
+        assert (rc0, rc1) == (1, 1), f"devices={devices}:\n{log0}\n{log1}"
+        assert [text for text in log0.splitlines() if "Error" in text] == [line], log0
+        assert "Error" not in log1 and "Traceback" not in log1, log1
+        assert "fitted" not in log0 + log1
+    assert not list((tmp_path / "runs").rglob("*.ckpt")), "a refused launch wrote a checkpoint"
+
+
+@pytest.mark.slurm
+def test_srun_with_more_tasks_than_devices_off_xpu_runs_as_plain_lightning(tmp_path: Path) -> None:
+    """Off XPU srun keeps Lightning's behaviour (docs/xpu-guide.md): one independent single-device training per
+    task, each world of 1. On XPU the same launch is refused (test_launch_refusals.py, simulated)."""
+    _require_slurm()
+    script = tmp_path / "lxpu-srun-mismatch.sh"
+    script.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
+                      f"exec timeout -k 10 {LAUNCH_SECONDS} srun {shlex.join(_per_rank_command(tmp_path))}\n")
+    log = tmp_path / "job.log"
+    job_id = _run_job(script, _rank_environment(), log)
+    output = f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
+    for devices in DEVICE_ARGUMENTS:
+        for rank, (rc, text) in enumerate(_rank_results(tmp_path, devices, output)):
+            assert rc == 0, f"devices={devices}, rank {rank}:\n{text}"
+            assert "fitted 0 1 SingleDeviceStrategy" in text, text  # its own world of 1, as rank 0
+            assert list((tmp_path / "runs" / f"{devices}-rank{rank}").rglob("*.ckpt")), text

@@ -158,3 +158,33 @@ def test_fabric_loads_an_xpu_checkpoint_without_xpu(xpu_checkpoint) -> None:
     checkpoint: dict[str, Any] = importlib.import_module(fabric_package).Fabric(accelerator="cpu").load(path)
     for name, tensor in saved.items():
         assert torch.equal(checkpoint["state_dict"][name], tensor)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize(("root", "expected"), [
+    (None, "lightning_xpu: training on cpu"),
+    ("/p re/fix/2.13-cpu", "lightning_xpu: training on cpu, in lightning-xpu/2.13-cpu (cpu variant)"),
+    ("/prefix/2.13/", "lightning_xpu: training on cpu, in lightning-xpu/2.13 (xpu variant)"),
+], ids=["outside", "cpu-variant", "xpu-variant"])
+def test_banner_always_states_the_device_and_the_environments_variant(lightning_log, monkeypatch, package, root,
+                                                                      expected) -> None:
+    monkeypatch.delenv("LIGHTNING_XPU_ROOT", raising=False)
+    if root:
+        monkeypatch.setenv("LIGHTNING_XPU_ROOT", root)
+    build("trainer", package, accelerator="cpu")
+    assert expected in _lines(lightning_log)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_banner_never_queries_xpu_in_an_environment_of_another_variant(simulated_xpu, lightning_log, monkeypatch,
+                                                                       package) -> None:
+    """A -cpu environment did not ask for XPU: no device query (it could poison a later fork), no XPU line."""
+    simulated_xpu(devices=2)
+    monkeypatch.setenv("LIGHTNING_XPU_ROOT", "/prefix/2.13-cpu")
+    trainer = build("trainer", package, accelerator="cpu").owner
+    lightning_log.clear()
+    with mock.patch("torch.xpu.is_available", side_effect=AssertionError("queried")), \
+            mock.patch("torch.xpu.device_count", side_effect=AssertionError("queried")):
+        importlib.import_module(f"{package}.trainer.setup")._log_device_info(trainer)
+    assert not [line for line in _lines(lightning_log) if "XPU" in line]
+    assert "lightning_xpu: training on cpu, in lightning-xpu/2.13-cpu (cpu variant)" in _lines(lightning_log)
