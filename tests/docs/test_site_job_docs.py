@@ -1,13 +1,17 @@
 """The training job scripts (scripts/<site>/train_*) are what the guides show, and follow the script rules.
 
 A guide shows a job script as a fenced block right after `<!-- job-script: PATH -->`; the block must be the file,
-byte for byte, and every job script must be shown. The scripts run for real in tests/install/test_site_jobs.py.
+byte for byte, and every job script must be shown. The Aurora scripts run here under bash with PBS's and PALS's
+variables (PALS's mpiexec played by tests/pals_standin.py); under sbatch and qsub in tests/install/test_site_jobs.py.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -15,6 +19,17 @@ import pytest
 
 from tests.conftest import require_service
 from tests.docs.docs_blocks import REPO, _fences
+from tests.site_jobs import (
+    AURORA_SCRIPTS,
+    CI_RANKS,
+    JOB_TIMEOUT_S,
+    assert_one_ddp_run,
+    aurora_shape,
+    job_env,
+    pals_bin,
+    site_setup,
+    work_directory,
+)
 
 JOB_SCRIPTS = sorted(path.relative_to(REPO).as_posix() for path in REPO.glob("scripts/*/train_*"))
 LIBRARY = "scripts/common/job.sh"
@@ -92,3 +107,45 @@ def test_job_scripts_are_shellcheck_clean() -> None:
         ["shellcheck", "-x", *JOB_SCRIPTS, LIBRARY], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("script", AURORA_SCRIPTS, ids=[path.name for path in AURORA_SCRIPTS])
+def test_aurora_job_script_under_bash_with_pals_variables(script: Path, tmp_path: Path) -> None:
+    """Launches small enough for this host train for real; bigger ones are recorded only, and then the job's
+    device check must fail them, since nothing trained."""
+    nodes, ranks, binding = aurora_shape(script)
+    assert len(binding) == ranks, f"{script.name}: CPU_BIND has {len(binding)} entries for {ranks} ranks per node"
+    work = work_directory(tmp_path / "work")
+    node_file = tmp_path / "nodefile"
+    hosts = [socket.gethostname()] + [f"node{index}" for index in range(1, nodes)]
+    node_file.write_text("".join(f"{host}\n" for host in hosts))
+    record = tmp_path / "mpiexec.jsonl"
+    real = nodes == 1 and ranks <= CI_RANKS
+    env = job_env(
+        site_setup(tmp_path, "aurora"),
+        PATH=f"{pals_bin(tmp_path / 'bin')}:{os.environ['PATH']}",
+        PBS_O_WORKDIR=str(work),
+        PBS_NODEFILE=str(node_file),
+        PBS_JOBID="4242.aurora-pbs",
+        LIGHTNING_XPU_TRAIN_ARGS="--epochs 1",
+        LXPU_PALS_RECORD=str(record),
+        **({} if real else {"LXPU_PALS_STANDIN_DRY": "1"}),
+    )
+    result = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
+    output = result.stdout + result.stderr
+    assert f"working directory: {work} (from PBS_O_WORKDIR, set by the scheduler)" in output, output[-3000:]
+    assert f"nodes: {nodes} (from PBS_NODEFILE)" in output
+    assert "OMP_NUM_THREADS=1" in output  # CI's own setting wins over the script's 4
+    (call,) = [json.loads(line) for line in record.read_text().splitlines()]
+    bind = f"verbose,list:{':'.join(binding)}"
+    expected = {"pmi": "pmix", "envall": "1", "n": str(nodes * ranks), "ppn": str(ranks), "cpu-bind": bind}
+    assert call["options"] == expected
+    assert call["command"][:6] == ["python", "train.py", "--devices", str(ranks), "--num-nodes", str(nodes)]
+    if real:
+        assert result.returncode == 0 and "device check passed (cpu)" in output, output[-3000:]
+        reports = assert_one_ddp_run(work, ranks)
+        assert {report["launch_environment"]["PALS_RANKID"] for report in reports} == {str(r) for r in range(ranks)}
+    else:
+        assert result.returncode == 2 and "device check FAILED" in output and "no Trainer banner" in output, output
