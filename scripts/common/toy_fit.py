@@ -95,6 +95,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="which Lightning package to use (auto: lightning.pytorch if installed, else pytorch_lightning)",
     )
     parser.add_argument(
+        "--profile-rank",
+        type=int,
+        default=None,
+        help="profile this global rank only, with Lightning's PyTorchProfiler (XPU kernels included on XPU)",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=Path("profile"),
+        help="where the profiled rank writes its Chrome trace (*.pt.trace.json) and summary (default: profile)",
+    )
+    parser.add_argument(
         "--import-lightning-xpu",
         action="store_true",
         help="import lightning_xpu explicitly before Lightning (outside our environments there is no hook)",
@@ -234,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
+    if args.profile_rank is not None and trainer.global_rank == args.profile_rank:
+        # Set after construction, when the rank is known: every other rank keeps Lightning's PassThroughProfiler.
+        profilers = importlib.import_module(f"{pl.__name__}.profilers")
+        trainer.profiler = profilers.PyTorchProfiler(
+            dirpath=str(args.profile_dir), filename=f"rank{trainer.global_rank}", export_to_chrome=True
+        )
     trainer.fit(model, loader)
     report = rank_report(trainer, model, initial_sha)
     write_json(args.out / f"rank-{trainer.global_rank}.json", report)

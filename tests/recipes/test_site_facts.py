@@ -1,0 +1,115 @@
+"""Site facts (issue 11, item 6) checked against the data: the site profiles, recipes/known_env.toml, the guides
+and the job scripts must agree with each other and with the runtime's oneCCL rule.
+
+Nothing here lists sites, variables or launchers by hand: sites come from recipes/sites/*.toml, known names from
+recipes/known_env.toml, a site's guide is docs/<site>.md, its job scripts scripts/<site>/train_*.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import tomllib
+from recipe_helpers import REPO
+
+from lightning_xpu.strategies.process_group import set_oneccl_local_rank
+
+SITES = {path.stem: tomllib.loads(path.read_text()) for path in sorted((REPO / "recipes" / "sites").glob("*.toml"))}
+KNOWN = tomllib.loads((REPO / "recipes" / "known_env.toml").read_text())["families"]
+KNOWN_NAMES = {name for family in KNOWN.values() for name in family["names"]}
+# The families of launcher, library and device variables (not PATH and friends): their name prefixes.
+LIBRARY_FAMILIES = [family for key, family in KNOWN.items() if key != "environment"]
+PREFIXES = tuple(sorted({name.split("_")[0] + "_" for family in LIBRARY_FAMILIES for name in family["names"]}))
+ASSIGNMENT = re.compile(rf"(?<![\w$]){'(?:' + '|'.join(map(re.escape, PREFIXES)) + ')'}[A-Z0-9_]+(?==)")
+MPIEXEC = re.compile(r"\bmpiexec\s+(?:-|python)")
+
+
+def site_env(site: str) -> dict[str, str]:
+    return {name: setting["value"] for name, setting in SITES[site].get("env", {}).items()}
+
+
+def guide(site: str) -> Path:
+    return REPO / "docs" / f"{site}.md"
+
+
+def site_texts(site: str) -> dict[str, str]:
+    """The site's guide and job scripts, by path."""
+    paths = [guide(site), *sorted((REPO / "scripts" / site).glob("train_*"))]
+    return {path.relative_to(REPO).as_posix(): path.read_text() for path in paths if path.is_file()}
+
+
+def user_facing_texts() -> dict[str, str]:
+    """What users copy from: the guides and the job scripts. The first cell of a table row is left out: in the
+    migration guide it quotes other people's code as they wrote it, misspellings included."""
+    paths = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "scripts").glob("*/train_*"))]
+    paths.append(REPO / "scripts" / "common" / "job.sh")
+    texts = {}
+    for path in paths:
+        lines = path.read_text().splitlines()
+        kept = [line.split("|", 2)[2] if line.startswith("|") and line.count("|") > 2 else line for line in lines]
+        texts[path.relative_to(REPO).as_posix()] = "\n".join(kept)
+    return texts
+
+
+def test_known_names_have_one_spelling_each() -> None:
+    names = [name for family in KNOWN.values() for name in family["names"]]
+    assert len(names) == len(set(names)), "a name is listed in two families"
+    # The misspelling issue 11 found: libfabric's cxi provider reads FI_CXI_OFLOW_BUF_SIZE (fi_cxi(7)).
+    assert not [name for name in names if "OVFLOW" in name]
+
+
+def test_every_variable_the_docs_and_job_scripts_set_is_a_known_name() -> None:
+    """A misspelt name in a guide (ZE_FLAT_DEVICE_HIERARCY, FI_CXI_OVFLOW_BUF_SIZE) is silently ignored at run time."""
+    found = {(path, name) for path, text in user_facing_texts().items() for name in ASSIGNMENT.findall(text)}
+    unknown = sorted(f"{path}: {name}" for path, name in found if name not in KNOWN_NAMES)
+    assert found and not unknown, "\n".join(unknown)
+
+
+@pytest.mark.parametrize("site", sorted(SITES))
+def test_the_oneccl_launcher_a_site_sets_matches_how_its_jobs_launch(site: str) -> None:
+    """lightning_xpu gives oneCCL (the ccl backend) the rank's place on its node with CCL_PROCESS_LAUNCHER=none,
+    unless the variable is already set: a site value wins. srun has neither Hydra nor PMIx for oneCCL, so a Slurm
+    site must leave it unset; a site that sets pmix must launch every mpiexec with --pmi=pmix (oneCCL vars.hpp)."""
+    env = site_env(site)
+    environ = {name: value for name, value in env.items() if name == "CCL_PROCESS_LAUNCHER"}
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("CCL_PROCESS_LAUNCHER", "CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"):
+            patch.delenv(name, raising=False)
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        set_oneccl_local_rank(1, 2)
+        launcher = os.environ["CCL_PROCESS_LAUNCHER"]
+    if SITES[site]["scheduler"] == "slurm":
+        assert launcher == "none", f"{site}: under srun oneCCL gets CCL_PROCESS_LAUNCHER={launcher}, not none"
+    if launcher == "pmix":
+        texts = site_texts(site)
+        assert texts, f"{site} sets CCL_PROCESS_LAUNCHER=pmix but has no guide or job script to check"
+        missing = [
+            f"{path}:{number}: {line.strip()}"
+            for path, text in texts.items()
+            for number, line in enumerate(text.splitlines(), 1)
+            if MPIEXEC.search(line) and "--pmi=pmix" not in line
+        ]
+        assert not missing, "mpiexec without --pmi=pmix:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("site", sorted(site for site in SITES if guide(site).is_file()))
+def test_the_guide_lists_what_the_module_sets(site: str) -> None:
+    text = guide(site).read_text()
+    section = text.split("## What the module sets", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])}
+    assert listed == set(site_env(site)), f"docs/{site}.md's table differs from recipes/sites/{site}.toml [env]"
+
+
+def test_the_migration_guide_says_nothing_to_keep_only_for_what_the_aurora_module_sets() -> None:
+    """Rows of the ALCF example: `export A=x` lines the guide says the module sets must be in the site env."""
+    text = (REPO / "docs" / "migration.md").read_text().split("## From ALCF's", 1)[1].split("\n## ", 1)[0]
+    claims = [row for row in text.splitlines() if row.startswith("| `export ") and "the module sets" in row]
+    exported = [pair for row in claims for pair in re.findall(r"`export ([A-Z0-9_]+)=([^`]+)`", row.split("|")[1])]
+    aurora = site_env("aurora")
+    wrong = [f"{name}={value}" for name, value in exported if aurora.get(name) != value]
+    assert exported and not wrong, f"the migration guide says the module sets {wrong}, but aurora.toml does not"

@@ -1,0 +1,86 @@
+"""The job scripts' device check (scripts/common/job.sh, `lxpu_job_check_device`) against the banner the Trainer
+really prints: on simulated XPU with accelerator="xpu" and "cpu", and on this CPU machine without simulation.
+
+If the banner's wording changes, the job scripts would fail every XPU job (or pass a CPU one): this test breaks
+first."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _connector_helpers import TRAINERS, build
+
+import lightning_xpu  # noqa: F401  (applies the patches)
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARY = REPO / "scripts" / "common" / "job.sh"
+PACKAGES = [api.values[1] for api in TRAINERS]
+
+
+@pytest.fixture
+def banner_file(tmp_path: Path) -> Iterator[Path]:
+    """The Trainer's banner lines, as a job log would have them."""
+    path = tmp_path / "job.log"
+    handler = logging.FileHandler(path)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield path
+    for logger in loggers:
+        logger.removeHandler(handler)
+    handler.close()
+
+
+def check(log: Path, expect: str) -> subprocess.CompletedProcess[str]:
+    script = 'source "$1"; lxpu_job_check_device "$2"'
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script, "check", str(LIBRARY), str(log)],
+        env={"PATH": "/usr/bin:/bin", "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def verdicts(log: Path) -> dict[str, bool]:
+    results = {expect: check(log, expect) for expect in ("xpu", "cpu")}
+    for result in results.values():  # one clear line either way
+        assert (result.stdout + result.stderr).count("\n") == 1, result.stdout + result.stderr
+    return {expect: result.returncode == 0 for expect, result in results.items()}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_fit_on_xpu_passes_only_the_xpu_check(simulated_xpu, banner_file, package) -> None:
+    """Simulated XPU (2 devices), accelerator="xpu"."""
+    simulated_xpu(devices=2)
+    build("trainer", package, accelerator="xpu", devices=1)
+    assert verdicts(banner_file) == {"xpu": True, "cpu": False}
+    assert "expected cpu, but the Trainer used an XPU" in check(banner_file, "cpu").stderr
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_cpu_fit_on_an_xpu_machine_fails_the_xpu_check(simulated_xpu, banner_file, package) -> None:
+    """Simulated XPU; the Trainer runs on CPU: the job that silently trained the wrong thing."""
+    simulated_xpu(devices=2)
+    with pytest.warns(Warning, match="XPU available but not used"):
+        build("trainer", package, accelerator="cpu")
+    assert verdicts(banner_file) == {"xpu": False, "cpu": True}
+    assert "the fit did not run on an XPU" in check(banner_file, "xpu").stderr
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_cpu_fit_without_xpu_passes_only_the_cpu_check(banner_file, package) -> None:
+    build("trainer", package, accelerator="cpu")
+    assert verdicts(banner_file) == {"xpu": False, "cpu": True}
+
+
+def test_a_log_without_banner_fails_both(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("Traceback (most recent call last):\n")
+    assert verdicts(log) == {"xpu": False, "cpu": False}
+    assert "no Trainer banner" in check(log, "cpu").stderr
