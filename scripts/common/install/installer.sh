@@ -124,8 +124,14 @@ _lxpu_installer_setup() {
 
 # uv with the sources and environment settings mapped from pip's.
 _lxpu_uv_run() {
+	local status=0
 	_lxpu_run env ${_lxpu_uv_env[@]+"${_lxpu_uv_env[@]}"} UV_CACHE_DIR="$_lxpu_uv_cache" \
-		UV_LINK_MODE="$_lxpu_uv_link_mode" UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 "$_lxpu_uv" "$@"
+		UV_LINK_MODE="$_lxpu_uv_link_mode" UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1 "$_lxpu_uv" "$@" || status=$?
+	# uv makes its lock files world-writable on purpose (any user may share a cache); a prefix is shared
+	# read-only, so nobody but its owner may write there.
+	[[ "$_lxpu_dry_run" == 1 || ! -d "$_lxpu_uv_cache" ]] ||
+		find "$_lxpu_uv_cache" -perm -o+w ! -type l -exec chmod o-w {} + 2>/dev/null || true
+	return "$status"
 }
 
 _lxpu_installer_create_venv() {
