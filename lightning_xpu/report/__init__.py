@@ -9,10 +9,32 @@ patch report (`lightning_xpu.report()`, `lightning-xpu report`).
 - `cli`: the `lightning-xpu` command.
 
 Importing this package imports neither torch nor Lightning.
+
+`lightning_xpu.report` is both this package and the public function of issue 13: `lightning_xpu.report()` prints
+the patch report. Importing a subpackage sets it as an attribute of its parent, which would hide a function of the
+same name, so the package's module object itself is callable.
 """
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any, TextIO
+
 from lightning_xpu.report.model import FAIL, PASS, SKIP, STATUSES, Check, Report
 
 __all__ = ["FAIL", "PASS", "SKIP", "STATUSES", "Check", "Report"]
+
+
+class _CallableReportModule(types.ModuleType):
+    def __call__(self, file: TextIO | None = None) -> None:
+        """Print the patch report: lightning_xpu's and Lightning's versions, and each patch expected/applied."""
+        from lightning_xpu.report.patches import print_patch_report
+
+        print_patch_report(file)
+
+    def __repr__(self) -> Any:
+        return "<lightning_xpu.report: call it to print the patch report>"
+
+
+sys.modules[__name__].__class__ = _CallableReportModule
