@@ -90,7 +90,7 @@ class Report:
 
         data = self.to_dict()
         check_report(data)
-        _write_atomic(json_path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        _write_atomic(json_path, json.dumps(data, indent=2) + "\n")
         if markdown_path is not None:
             _write_atomic(markdown_path, render(data))
 
