@@ -366,38 +366,16 @@ def check_collectives_nodes(context: Context) -> str:
 
 def fit_losses(context: Context, precision: str) -> tuple[list[float], str | None, Any]:
     """A short in-process fit on one device: (losses, output dtype inside autocast, the trainer)."""
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    from lightning_xpu.report.worker import regression
 
-    from lightning_xpu.report import worker
-
-    pl = _pl()
-    torch.manual_seed(0)
-    features = torch.randn(256, 16)
-    targets = features @ torch.linspace(-1.0, 1.0, 16).unsqueeze(1)
-    seen: dict[str, Any] = {"losses": [], "dtype": None}
-
-    class Regression(pl.LightningModule):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
-            out = self.net(batch[0])
-            seen["dtype"] = str(out.dtype)
-            loss = torch.nn.functional.mse_loss(out.float(), batch[1])
-            seen["losses"].append(float(loss.detach()))
-            return loss
-
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=worker.FIT_LR)
-
+    seen: dict[str, Any] = {}
+    model, loader = regression(_pl(), seen)
     trainer = _quiet_trainer(accelerator=context.accelerator, devices=1, precision=precision, max_steps=12,
-                             default_root_dir=str(context.workdir))
+                             max_epochs=-1, default_root_dir=str(context.workdir))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(Regression(), DataLoader(TensorDataset(features, targets), batch_size=16))
-    return seen["losses"], seen["dtype"], trainer
+        trainer.fit(model, loader)
+    return seen["losses"], seen["autocast_dtype"], trainer
 
 
 @check("bf16_fit")

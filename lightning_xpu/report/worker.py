@@ -81,19 +81,16 @@ def weights_sha256(module: Any) -> str:
     return digest.hexdigest()
 
 
-def fit(args: argparse.Namespace) -> int:
-    """A short regression fit; `--ckpt-out` saves at the end, `--ckpt-in` resumes from it."""
+def regression(pl: Any, seen: dict[str, Any]) -> tuple[Any, Any]:
+    """(model, loader) of the checks' fits: one full batch of a linear target, so every step sees the same data and
+    the loss falls only by learning. `seen` collects "losses", "start_step" and "autocast_dtype"."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from lightning_xpu._namespaces import default_namespace
-
-    pl: Any = __import__(default_namespace().pytorch or "lightning.pytorch", fromlist=["Trainer"])
-    pl.seed_everything(0, workers=True)
-    features = torch.randn(256, 16)
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(32, 16, generator=generator)
     targets = features @ torch.linspace(-1.0, 1.0, 16).unsqueeze(1)
-    loader = DataLoader(TensorDataset(features, targets), batch_size=16)
-    seen: dict[str, Any] = {"losses": [], "start_step": None, "autocast_dtype": None}
+    seen.update(losses=[], start_step=None, autocast_dtype=None)
 
     class Regression(pl.LightningModule):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
@@ -114,10 +111,20 @@ def fit(args: argparse.Namespace) -> int:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=FIT_LR)
 
+    torch.manual_seed(0)
+    return Regression(), DataLoader(TensorDataset(features, targets), batch_size=32)
+
+
+def fit(args: argparse.Namespace) -> int:
+    """A short regression fit; `--ckpt-out` saves at the end, `--ckpt-in` resumes from it."""
+    from lightning_xpu._namespaces import default_namespace
+
+    pl: Any = __import__(default_namespace().pytorch or "lightning.pytorch", fromlist=["Trainer"])
+    seen: dict[str, Any] = {}
+    model, loader = regression(pl, seen)
     strategy: Any = args.strategy
     if args.strategy == "fsdp":
         strategy = pl.strategies.FSDPStrategy(state_dict_type=args.state_dict_type)
-    model = Regression()
     trainer = pl.Trainer(accelerator=args.accelerator, devices=args.devices, num_nodes=args.num_nodes,
                          strategy=strategy, precision=args.precision, max_steps=args.max_steps, max_epochs=-1,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
