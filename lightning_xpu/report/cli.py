@@ -38,6 +38,7 @@ def doctor_report() -> Report:
     else:
         report.checks.append(Check("xpu_usable", FAIL, reason.replace(" " + diagnose.DOCTOR_HINT, "")))
     backend, how = diagnose.collective_backend()
+    found["xpu_collective_backend"] = backend
     if backend is not None:
         report.checks.append(Check("xpu_collectives", PASS, f"{backend}: {how}"))
     else:
@@ -102,6 +103,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     found.update(driver_facts())
     report = Report("validation", found, checks=checks, environment=relevant_environment())
     if context.xpu:
+        from lightning_xpu.report.diagnose import collective_backend
+
+        found["xpu_collective_backend"] = collective_backend()[0]
         report.devices = device_facts(context.devices)
         report.notes.append(f"{context.nodes} node(s), {context.devices} device(s) per node")
     else:
