@@ -270,3 +270,9 @@ def test_runtime(context, monkeypatch) -> None:
 
     monkeypatch.delitem(AcceleratorRegistry, "xpu")
     assert outcome("runtime", context)[1].startswith("'xpu' is not a registered accelerator of Trainer")
+
+
+def test_the_xpu_guide_documents_every_check() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "xpu-guide.md").read_text()
+    section = guide.split("## Site validation job", 1)[1].split("\n## ", 1)[0]
+    assert [spec.name for spec in CHECKS if f"`{spec.name}`" not in section] == []
