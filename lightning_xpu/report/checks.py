@@ -589,6 +589,7 @@ def check_torch_compile(context: Context) -> str:
 
 
 def _checkpoint_round_trip(context: Context, strategy: str, what: str, **options: str) -> str:
+    """Fit and save, then resume in a fresh launch (Lightning starts the ranks over all local tiles)."""
     ckpt = Path(tempfile.mkdtemp(prefix="ckpt-", dir=context.workdir)) / "last.ckpt"
     devices = context.devices
     saved = run_worker(context, _fit_args(context, strategy, devices, max_steps="4", ckpt_out=str(ckpt), **options))

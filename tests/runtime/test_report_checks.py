@@ -55,10 +55,23 @@ def test_device_properties(context, monkeypatch) -> None:
     assert outcome("device_properties", context) == (FAIL, "xpu:0 reports no total_memory")
 
 
-def test_collectives_over_local_tiles(context) -> None:
-    """Healthy: 2 real processes all-reduce and broadcast an object (gloo carries the CPU tensors)."""
-    status, reason = outcome("collectives_local", context)
-    assert (status, reason) == (PASS, "all-reduce and object broadcast over 2 ranks on 1 host(s), backend gloo")
+def test_collectives_over_local_tiles(context, monkeypatch) -> None:
+    """Healthy: one process per tile (the worker runs for real under mpiexec in test_report_job.py)."""
+    from lightning_xpu.report.worker import BROADCAST_OBJECT
+
+    launches = []
+
+    def run_worker(ctx: Context, args: list[str], ranks: int = 1, **kwargs: Any) -> list[dict[str, Any]]:
+        launches.append((args, ranks, kwargs["env"]["MASTER_ADDR"]))
+        return [{"global_rank": r, "host": "h", "backend": "xccl", "all_reduce": 3.0, "broadcast": BROADCAST_OBJECT}
+                for r in range(ranks)]
+
+    monkeypatch.setattr(checks, "run_worker", run_worker)
+    assert outcome("collectives_local", context) == (
+        PASS, "all-reduce and object broadcast over 2 ranks on 1 host(s), backend xccl")
+    assert launches == [(["collectives", "--backend", "gloo", "--device", "cpu"], 2, "127.0.0.1")]
+    context.devices = 1
+    assert outcome("collectives_local", context) == (SKIP, "1 device visible: collectives need 2")
 
 
 @pytest.mark.parametrize(
