@@ -7,7 +7,7 @@
 # check failed, 1 when one failed, 2 for bad arguments.
 set -euo pipefail
 
-prog="${LXPU_VALIDATE_PROG:-validate_lightning.sh}"
+prog=validate_lightning.sh
 usage() {
   cat <<EOF
 Usage: $prog [--prefix DIR --tag TAG | --setup FILE | --module NAME [--modulepath DIR] | --python PYTHON]
@@ -19,7 +19,7 @@ Runs the lightning-xpu site validation checks in an installed environment and wr
 
 Which environment (one of):
   --prefix DIR --tag TAG  source DIR/lightning-setup-TAG.sh (TAG: 2.13, 2.13-cpu, ...; prefix default:
-                          ${LXPU_VALIDATE_PREFIX:-\$HOME/lightning-xpu})
+                          $prefix)
   --setup FILE            source this setup script
   --module NAME           module load NAME (e.g. lightning-xpu/2.13), after 'module use DIR' if --modulepath
   --python PYTHON         use this Python as it is (lightning_xpu importable); loads nothing
@@ -27,10 +27,13 @@ Which environment (one of):
 Checks:
   --nodes N               nodes to use, 1 or 2 (default: the allocation's, at most 2)
   --devices N             devices (tiles) per node (default: all visible)
-  --launchers LIST        site launchers for the launched checks (default: ${LXPU_VALIDATE_LAUNCHERS:-srun,mpiexec})
+  --launchers LIST        site launchers for the launched checks (default: $launchers)
   --only CHECKS           comma-separated check names (python -m lightning_xpu validate --list)
   --out DIR               report directory (default: ./lightning-xpu-validation-<job id or date>)
   -h, --help              this help
+
+The site wrappers (scripts/<site>/validate_lightning.sh) pass the site's defaults first:
+  --site-prefix DIR, --site-launchers LIST (recipes/sites/<site>.toml default_prefix; the site's launchers).
 EOF
 }
 
@@ -39,16 +42,17 @@ die() {
   exit 2
 }
 
-prefix="${LXPU_VALIDATE_PREFIX:-$HOME/lightning-xpu}"
+prefix="$HOME/lightning-xpu"
 tag="" setup="" module_name="" modulepath="" python="" nodes="" devices="" only="" out=""
-launchers="${LXPU_VALIDATE_LAUNCHERS:-srun,mpiexec}"
+launchers=srun,mpiexec
 while [ "$#" -gt 0 ]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
-    --prefix | --tag | --setup | --module | --modulepath | --python | --nodes | --devices | --launchers | --only | --out)
+    --prefix | --site-prefix | --tag | --setup | --module | --modulepath | --python | --nodes | --devices | \
+      --launchers | --site-launchers | --only | --out)
       [ "$#" -ge 2 ] || die "$1 needs a value (see --help)"
       case "$1" in
-        --prefix) prefix="$2" ;;
+        --prefix | --site-prefix) prefix="$2" ;;
         --tag) tag="$2" ;;
         --setup) setup="$2" ;;
         --module) module_name="$2" ;;
@@ -56,7 +60,7 @@ while [ "$#" -gt 0 ]; do
         --python) python="$2" ;;
         --nodes) nodes="$2" ;;
         --devices) devices="$2" ;;
-        --launchers) launchers="$2" ;;
+        --launchers | --site-launchers) launchers="$2" ;;
         --only) only="$2" ;;
         --out) out="$2" ;;
       esac

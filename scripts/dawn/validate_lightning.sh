@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# lightning-xpu site validation job for dawn (docs/xpu-guide.md#site-validation-job): a thin wrapper around
+# scripts/common/validate_lightning.sh (--help) with this site's defaults (prefix: recipes/sites/dawn.toml).
 #SBATCH --job-name=lxpu-validate
 #SBATCH --output=lxpu-validate-%j.log
 #SBATCH --partition=pvc9
@@ -6,23 +8,10 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --gres=gpu:4
 #SBATCH --time=00:30:00
-# lightning-xpu site validation job for dawn: runs every check of `lightning-xpu validate` on this site's
-# Intel GPUs and writes a JSON + Markdown report to send back (docs/xpu-guide.md#site-validation-job).
-# A thin wrapper: the job itself is scripts/common/validate_lightning.sh (--help lists the options).
-#
 # Submit from this directory: sbatch --account=<project> validate_lightning.sh --tag 2.13
-# The account or project is never written here: give yours when you submit.
+# The account or project is never written here. Under the scheduler this file is a spool copy: hence the
+# submit directory in the search below.
 set -euo pipefail
-
-# Under the scheduler this file runs from a spool copy: find the repository through the submit directory.
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-common="$here/../common/validate_lightning.sh"
-[ -f "$common" ] || common="${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}/../common/validate_lightning.sh"
-if [ ! -f "$common" ]; then
-  echo "validate_lightning.sh: cannot find scripts/common/validate_lightning.sh: submit from scripts/dawn of the repository" >&2
-  exit 2
-fi
-export LXPU_VALIDATE_PROG=validate_lightning.sh
-export LXPU_VALIDATE_PREFIX="${LXPU_VALIDATE_PREFIX:-$HOME/rds/hpc-work/lightning-xpu}"
-export LXPU_VALIDATE_LAUNCHERS="${LXPU_VALIDATE_LAUNCHERS:-srun,mpiexec}"
-exec bash "$common" "$@"
+defaults=(--site-prefix "$HOME/rds/hpc-work/lightning-xpu" --site-launchers "srun,mpiexec")
+for here in "$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-}" "${PBS_O_WORKDIR:-}"; do [ ! -f "$here/../common/validate_lightning.sh" ] || exec bash "$here/../common/validate_lightning.sh" "${defaults[@]}" "$@"; done
+echo "validate_lightning.sh: cannot find scripts/common/validate_lightning.sh: submit from scripts/dawn of the repository" >&2; exit 2

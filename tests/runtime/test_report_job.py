@@ -124,7 +124,17 @@ def test_site_job_bad_input_gives_one_line(tmp_path: Path, args: tuple[str, ...]
     assert len(done.stderr.splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("site", ["dawn", "aurora", "generic"])
+@pytest.mark.parametrize("site", sorted(path.stem for path in (REPO / "recipes" / "sites").glob("*.toml")))
 def test_every_site_job_has_help(site: str, tmp_path: Path) -> None:
     done = run_site_job(site, "--help", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("Usage: validate_lightning.sh")
+
+
+def test_every_site_has_a_validation_job_with_its_default_prefix() -> None:
+    """One job per site profile in recipes/sites/, passing that profile's default_prefix to the common job."""
+    import tomllib
+
+    for profile in sorted((REPO / "recipes" / "sites").glob("*.toml")):
+        site = tomllib.loads(profile.read_text())
+        wrapper = (REPO / "scripts" / profile.stem / "validate_lightning.sh").read_text()
+        assert f'--site-prefix "{site["default_prefix"]}"' in wrapper, profile.stem
