@@ -27,20 +27,23 @@ def _write(out: Path, rank: int, payload: dict[str, Any]) -> None:
     os.replace(tmp, out / f"rank-{rank}.json")
 
 
-def _process_ranks() -> tuple[int, int, int]:
-    """(global rank, world size, local rank) of this process: ours (RANK/WORLD_SIZE/LOCAL_RANK, set by `checks`
-    for local launches) or the site launcher's, read the way lightning_xpu's cluster environments read them."""
+def _process_ranks() -> tuple[int, int, int, int]:
+    """(global rank, world size, local rank, local world size) of this process: ours (RANK/WORLD_SIZE/LOCAL_RANK,
+    set by `checks` for local launches) or the site launcher's, read as lightning_xpu's cluster environments do."""
     from lightning_xpu.environments.launch import SRUN, detect_launcher, launch_ranks
 
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-    launcher = detect_launcher(os.environ)
+    environ = os.environ
+    if "RANK" in environ:
+        return int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["LOCAL_RANK"]), int(environ["WORLD_SIZE"])
+    launcher = detect_launcher(environ)
     if launcher == SRUN:
-        return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]), int(os.environ["SLURM_LOCALID"])
+        world = int(environ["SLURM_NTASKS"])
+        per_node = int(environ.get("SLURM_NTASKS_PER_NODE", world))
+        return int(environ["SLURM_PROCID"]), world, int(environ["SLURM_LOCALID"]), per_node
     if launcher is None:
-        return 0, 1, 0
-    ranks = launch_ranks(launcher, os.environ)
-    return ranks.global_rank, ranks.world_size, ranks.local_rank
+        return 0, 1, 0, 1
+    ranks = launch_ranks(launcher, environ)
+    return ranks.global_rank, ranks.world_size, ranks.local_rank, ranks.local_world_size
 
 
 def collectives(args: argparse.Namespace) -> int:
@@ -48,14 +51,16 @@ def collectives(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    rank, world, local = _process_ranks()
+    rank, world, local, local_world = _process_ranks()
     report: dict[str, Any] = {"global_rank": rank, "world_size": world, "local_rank": local,
                               "host": socket.gethostname(), "backend": args.backend}
     try:
         if args.backend == "ccl":
             from lightning_xpu.report.diagnose import collective_backend
+            from lightning_xpu.strategies.process_group import set_oneccl_local_rank
 
             collective_backend()  # imports IPEX (where installed) before the bindings
+            set_oneccl_local_rank(local, local_world)  # as the strategies do: oneCCL's place of the rank on its node
         device = torch.device(args.device, local) if args.device != "cpu" else torch.device("cpu")
         if args.device == "xpu":
             torch.xpu.set_device(local)
