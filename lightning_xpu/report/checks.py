@@ -536,7 +536,7 @@ def check_fork_refusal(context: Context) -> str:
     import torch
 
     torch.xpu.set_device(0)  # starts the XPU runtime, as any XPU tensor would
-    trainer = _quiet_trainer(accelerator="xpu", devices=max(2, min(context.devices, 2)), strategy="ddp_fork",
+    trainer = _quiet_trainer(accelerator="xpu", devices=min(2, max(1, context.devices)), strategy="ddp_fork",
                              default_root_dir=str(context.workdir))
     port = os.environ.get("MASTER_PORT")
     with _no_fork():

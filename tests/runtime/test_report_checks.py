@@ -224,6 +224,8 @@ def test_fork_refusal(context, monkeypatch) -> None:
     import os
 
     assert "MASTER_PORT" not in os.environ
+    context.devices = 1  # a partial node: one tile is enough to show the refusal
+    assert outcome("fork_refusal", context)[0] == PASS
     monkeypatch.setattr(torch.xpu, "is_initialized", lambda: False)  # as if the guard did not see the XPU runtime
     assert outcome("fork_refusal", context) == (
         FAIL, "ddp_fork would fork although XPU is initialised (children would fail)")
