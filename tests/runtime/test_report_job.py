@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,21 @@ def run_site_job(site: str, *args: str, cwd: Path) -> subprocess.CompletedProces
                           env=env, capture_output=True, text=True, timeout=300)
 
 
+def wait_for_job(job_id: str, seconds: float = 300) -> tuple[str, str]:
+    """(state, exit code) of a Slurm job once it ended (polled each second; `sbatch --wait` polls far slower)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        fields = dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+        state = fields.get("JobState", "GONE")
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+            return state, fields.get("ExitCode", "?")
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], timeout=30)
+            pytest.fail(f"job {job_id} did not end within {seconds} s")
+        time.sleep(1)
+
+
 @pytest.mark.slurm
 def test_the_generic_site_job_under_sbatch(tmp_path: Path) -> None:
     """The job as a site submits it (cpu variant here): sbatch from scripts/generic, the install's setup script in a
@@ -80,14 +96,16 @@ def test_the_generic_site_job_under_sbatch(tmp_path: Path) -> None:
     submit_dir = REPO / "scripts" / "generic"
     log = tmp_path / "job.log"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "PBS_"))}
-    done = subprocess.run(["sbatch", "--wait", "--parsable", "-t", "5", "-o", str(log), "validate_lightning.sh",
-                           "--prefix", str(prefix), "--tag", "2.13-cpu"], cwd=submit_dir, env=env,
-                          capture_output=True, text=True, timeout=600)
-    output = log.read_text() if log.exists() else done.stderr
-    job_id = done.stdout.strip().split(";")[0]
+    submitted = subprocess.run(["sbatch", "--parsable", "-t", "5", "-o", str(log), "validate_lightning.sh",
+                                "--prefix", str(prefix), "--tag", "2.13-cpu"], cwd=submit_dir, env=env,
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    state, exit_code = wait_for_job(job_id)
+    output = f"job {job_id} {state} {exit_code}:\n" + (log.read_text() if log.exists() else "(no output)")
     out = submit_dir / f"lightning-xpu-validation-{job_id}"
     try:
-        assert done.returncode == 0, output
+        assert (state, exit_code) == ("COMPLETED", "0:0"), output
         data = json.loads((out / "validation.json").read_text())
         markdown = (out / "validation.md").read_text()
     finally:

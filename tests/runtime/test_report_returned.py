@@ -77,13 +77,14 @@ def test_every_committed_report_agrees_with_the_profile_table() -> None:
 
 
 def test_the_loader_validates_and_compares_generated_reports(tmp_path: Path) -> None:
-    table = profile_table()
     (tmp_path / "dawn-2.8-x.json").write_text(json.dumps(generated("2.8.0", "xccl")))
     (tmp_path / "dawn-2.7-x.json").write_text(json.dumps(generated("2.7.0", "ccl", ipex="2.7.10+xpu")))
     (tmp_path / "aurora-2.7-x.json").write_text(json.dumps(generated("2.7.0", "xccl")))
     (tmp_path / "aurora-2.6-x.json").write_text(json.dumps(generated("2.6.0", "ccl")))
     (tmp_path / "failed-2.7-x.json").write_text(json.dumps(generated("2.7.0", "xccl", collectives=FAIL)))
     reports = load_reports(tmp_path)
+    assert sorted(reports) == sorted(path.name for path in tmp_path.iterdir())
+    table = profile_table()
     found = {name: contradictions(report, table.fact) for name, report in reports.items()}
     assert found == {
         "dawn-2.8-x.json": [],
