@@ -174,18 +174,21 @@ def run_worker(context: Context, args: list[str], ranks: int = 1, launcher: list
     out = Path(tempfile.mkdtemp(prefix="worker-", dir=context.workdir))
     command = [context.python, "-m", WORKER, *args, "--out", str(out)]
     if launcher is not None:
-        procs = [subprocess.Popen([*launcher, *command], env=env or dict(os.environ), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)]
+        launches = [([*launcher, *command], env or dict(os.environ))]
     else:
         base = env or local_env()
-        rank_env = [{"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks)} if ranks > 1 else {}
-                    for r in range(ranks)]
-        procs = [subprocess.Popen(command, env={**base, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True) for extra in rank_env]
+        launches = [(command, {**base, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks)}
+                     if ranks > 1 else base) for r in range(ranks)]
+    # Output goes to files, not pipes: a full pipe would stall a rank (and with it every other rank).
+    logs = [out / f"output-{index}.log" for index in range(len(launches))]
+    procs = []
+    for (argv, environ), log in zip(launches, logs):
+        with open(log, "w") as sink:
+            procs.append(subprocess.Popen(argv, env=environ, stdout=sink, stderr=subprocess.STDOUT))
     outputs = []
-    for proc in procs:
+    for proc, log in zip(procs, logs):
         try:
-            outputs.append((proc.wait(timeout=WORKER_TIMEOUT_S), proc.stdout.read() if proc.stdout else ""))
+            outputs.append((proc.wait(timeout=WORKER_TIMEOUT_S), log.read_text(errors="replace")))
         except subprocess.TimeoutExpired:
             for each in procs:
                 each.kill()
