@@ -8,6 +8,7 @@ mixed into a subclass of each namespace's base class.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -64,6 +65,24 @@ class _XPUAcceleratorMethods:
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
         accelerator_registry.register("xpu", cls, description=cls.__name__)
+
+
+def explain_unavailable_xpu(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps the connectors' `_set_parallel_devices_and_init_accelerator`: when Lightning refuses our accelerator
+    as "not available", its message gains the cause and points to `lightning-xpu doctor`. Only runs for XPU."""
+
+    def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
+        try:
+            original(self)
+        except Exception as error:
+            accelerator = getattr(self, "accelerator", None)
+            if not is_xpu_accelerator(accelerator) or "not available" not in str(error):
+                raise
+            from lightning_xpu.report.diagnose import explain_unavailable
+
+            raise type(error)(explain_unavailable(str(error))) from error
+
+    return _set_parallel_devices_and_init_accelerator
 
 
 def _accelerator_bases(package: str) -> tuple[type, ...]:
