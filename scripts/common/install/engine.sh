@@ -815,13 +815,16 @@ sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
 	fi
 	_lxpu_installer_wheel "$build" "$wheels"
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
-		_lxpu_installer_install "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
+		_lxpu_installer_install --no-deps "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
 		return 0
 	fi
 	rm -rf "$build"
 	local wheel=("$wheels"/lightning_xpu-*.whl)
 	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
-	_lxpu_installer_install "${wheel[0]}"
+	# --no-deps: its dependencies (torch, packaging) came with the pins or the base Python, and the smoke job's
+	# `pip check` proves it. Resolving them again here could replace the base Python's torch (uv does not see
+	# packages reached through the base venv's .pth file) with another build from the indexes.
+	_lxpu_installer_install --no-deps "${wheel[0]}"
 }
 
 # The recipe's pinned build tools (LXPU_BUILD_TOOLS), with the lock's hashes when the recipe has a lock.
