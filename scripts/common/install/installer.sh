@@ -26,6 +26,14 @@ _lxpu_installer_validate() {
 		_lxpu_installer_why="--installer pip"
 		return 0
 	}
+	# Over --base-python the environment reuses the base's packages, which pip sees (through the .pth file that
+	# points at a base venv, too) and uv does not: uv would resolve torch again and install another build.
+	if [[ -n "$_lxpu_base_python" ]]; then
+		[[ "$_lxpu_installer" != uv ]] ||
+			_lxpu_bad_input "--installer uv cannot build over --base-python (uv does not see the base Python's packages): drop one of them"
+		_lxpu_installer=pip _lxpu_installer_why="--base-python: pip sees the base Python's packages, uv does not"
+		return 0
+	fi
 	local lock="$_lxpu_source/$_LXPU_UV_LOCK"
 	[[ -f "$lock" ]] || _lxpu_bad_input "$lock is missing: pass the repository with --source, or --installer pip"
 	_lxpu_uv_version="$(sed -n 's/^uv==\([^ \\]*\).*/\1/p' "$lock")"
