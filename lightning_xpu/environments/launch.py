@@ -51,6 +51,7 @@ _PER_NODE_OPTION = {
 
 __all__ = ["LaunchError", "LaunchMismatch"]  # re-exported: callers import them from here
 
+
 @dataclass(frozen=True)
 class Ranks:
     global_rank: int
