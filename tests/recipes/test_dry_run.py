@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -136,6 +137,11 @@ def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, 
     for version in recipes.matrix.versions.values():
         text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
         assert ("rhel9/default-dawn" in _job_modules(text)[0]) == (version.oneapi_generation == "2025")
+    listed = json.loads(run_render("list", "--json").stdout)["versions"]
+    assert {minor: entry["oneapi"] for minor, entry in listed.items()} == {
+        minor: version.oneapi_generation or None for minor, version in recipes.matrix.versions.items()
+    }
+    assert listed["2.13"]["oneapi"] == "2026"
 
 
 def test_oneapi_module_must_be_a_site_module(temp_recipes: Path) -> None:
