@@ -853,8 +853,12 @@ _lxpu_enable_hook() {
 	printf '%s\n' 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")' |
 		_lxpu_write_new "$_lxpu_site_packages/lightning_xpu-autoload.pth"
 	lxpu_site_env | _lxpu_write_new "$_lxpu_env/lightning-xpu-site.sh"
-	# shellcheck disable=SC2086
-	{ [[ -z "$LXPU_SITE_MODULES" ]] || printf '%s\n' $LXPU_SITE_MODULES; } |
+	# The modules the module and setup script load: the site's, and the one that gave the venv its Python.
+	local modules=()
+	read -r -a modules <<<"$LXPU_SITE_MODULES"
+	[[ -z "$LXPU_SITE_PYTHON_MODULE" || "$_lxpu_env_manager" != venv || -n "$_lxpu_base_python" ]] ||
+		modules+=("$LXPU_SITE_PYTHON_MODULE")
+	{ ((${#modules[@]} == 0)) || printf '%s\n' "${modules[@]}"; } |
 		_lxpu_write_new "$_lxpu_env/lightning-xpu-site-modules.txt"
 	_lxpu_run cp "$_lxpu_source/scripts/common/smoke.py" "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
 }
