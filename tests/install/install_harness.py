@@ -351,6 +351,11 @@ def env_dirs(prefix: Path) -> list[str]:
     )
 
 
+def published_build(prefix: Path) -> Path:
+    """<prefix>/.envs/<build>: what <prefix>/<tag> points to, and what module load and the setup script give."""
+    return prefix / ".envs" / Path(os.readlink(prefix / TAG)).name
+
+
 def build_complete(build: Path) -> bool:
     """A complete build: a whole manifest with status installed (what publish.sh keeps)."""
     try:
@@ -474,5 +479,5 @@ def assert_torchrun_workers(out: Path, executable: str) -> None:
     """Both ranks ran to the end after the rebuilds, with the interpreter they started with."""
     for rank in ("0", "1"):
         report = (out / f"rank-{rank}").read_text()
-        status, total, python = report.split("\n")[0].split()
+        status, total, python = report.split("\n")[0].split(" ", 2)
         assert (status, total, python) == ("0", "2", executable), report

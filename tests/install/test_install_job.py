@@ -134,7 +134,7 @@ def test_setup_script_and_module_give_the_same_environment(good_prefix: Path) ->
     assert by_module.returncode == 0, by_module.stderr
     assert by_setup.stdout == by_module.stdout
     python, prefix, variables, path_entries = by_setup.stdout.strip().splitlines()
-    assert python == str(good_prefix / h.TAG / "bin" / "python")
+    assert python == str(h.published_build(good_prefix) / "bin" / "python")  # the build, not the moving link
     assert Path(prefix).resolve() == (good_prefix / h.TAG).resolve()
     assert variables.split("|")[2] == os.path.expanduser(f"~/.local/lightning-xpu/{h.TAG}")
     assert path_entries == "1"
