@@ -166,7 +166,8 @@ def strace(argv: Sequence[str], trace: Path, env: dict[str, str], cwd: Path, tim
 
 def staged_env(exports: str, env: dict[str, str]) -> dict[str, str]:
     """The environment after `eval "$(lightning-xpu-stage --shell)"` printed EXPORTS."""
-    done = subprocess.run(["bash", "-c", 'eval "$1" && env -0', "staged-env", exports], env=env,
+    # Without the EXIT trap the lines set: it would remove the copy as this shell ends.
+    done = subprocess.run(["bash", "-c", 'eval "$1" && trap - EXIT && env -0', "staged-env", exports], env=env,
                           capture_output=True, text=True, check=True)
     return dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
 
