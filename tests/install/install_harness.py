@@ -29,7 +29,7 @@ LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 # The machine's own pip configuration finds the local torch; never isolate pip from it.
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
-STEP_TOTAL = 10
+STEP_TOTAL = 11
 STEP_MARKERS = {
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
