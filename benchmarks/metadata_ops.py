@@ -189,7 +189,10 @@ def workloads(root: Path, out: Path, which: str) -> dict[str, list[str]]:
     if which in ("import", "both"):
         chosen["import"] = ["python", "-c", IMPORT_CODE]
     if which in ("toy-fit", "both"):
-        toy_fit = root / "share" / "lightning-xpu" / "toy_fit.py"
+        # Where a user's train.py lies: in the job's directory (Python puts it first on sys.path, so every import
+        # looks there first: the workdir class).
+        toy_fit = out / "train.py"
+        shutil.copyfile(root / "share" / "lightning-xpu" / "toy_fit.py", toy_fit)
         chosen["toy-fit"] = ["python", str(toy_fit), "--out", str(out / "toy"), "--accelerator", "cpu",
                              "--samples", "16", "--batch-size", "8"]
     return chosen
