@@ -210,6 +210,26 @@ def test_fallback_under_slurm_without_sbcast(shared: Shared, tmp_path: Path) -> 
     ]
 
 
+def test_pbs_unpacks_once_per_node_with_mpiexec_and_names_copper_on_aurora(shared: Shared, tmp_path: Path) -> None:
+    # A stand-in mpiexec that records its arguments and runs the command here (this machine is the one node).
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    log = tmp_path / "mpiexec.args"
+    (fake / "mpiexec").write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(log))}\nshift 4\nexec "$@"\n')
+    (fake / "mpiexec").chmod(0o755)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("x1000c0s0b0n0\nx1000c0s0b0n0\n")
+    shared.set_pack(site="aurora")
+    extra = {"PATH": f"{shared.root / 'bin'}:{fake}:/usr/local/bin:/usr/bin:/bin", "PBS_JOBID": "8.aurora-pbs",
+             "PBS_NODEFILE": str(nodefile)}
+    done = shared.run('eval "$(lightning-xpu-stage --shell)"; python', **extra)
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.8.aurora-pbs" / TAG
+    assert _where(done.stdout) == str(copy), done.stderr
+    assert log.read_text().splitlines()[0].startswith("-n 1 -ppn 1 ")  # one rank per node: one node here
+    assert "Copper" in done.stderr and "warning" not in done.stderr
+    assert shared.copies() == []  # the EXIT trap removed the copies (mpiexec -ppn 1 again)
+
+
 def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
     old = shared.local / f"lxpu-stage.{os.getuid()}.local-{dead}"

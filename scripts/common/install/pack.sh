@@ -278,7 +278,7 @@ _lxpu_pack_tar() {
 			# The base's standard library as lib/pythonX.Y/ of the copy; its own site-packages stay out (the
 			# environment's are the ones wanted), as does its test suite.
 			-C "$(dirname "$_lxpu_pack_base_stdlib")" "--exclude=$py/site-packages" "--exclude=$py/dist-packages"
-			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py/,./lib/$py/," "$py/"
+			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py\(/\|\$\),./lib/$py\1," "$py/"
 			--exclude=./pyvenv.cfg "--exclude=./bin/$py")
 	fi
 	members+=(-C "$_lxpu_env" --exclude=./share/lightning-xpu/pack .)
