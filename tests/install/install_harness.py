@@ -30,12 +30,8 @@ LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 # The machine's own pip configuration finds the local torch; never isolate pip from it.
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
-<<<<<<< HEAD
 # The engine's step count, read from the engine (one place for it): steps are "[n/N] name ...".
 STEP_TOTAL = int(re.search(r"_lxpu_step_total=(\d+)", (REPO / "scripts/common/install/engine.sh").read_text())[1])
-=======
-STEP_TOTAL = 11
->>>>>>> stage
 STEP_MARKERS = {
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
