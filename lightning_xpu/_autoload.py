@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from lightning_xpu._apply import DISABLE_VARIABLE, apply_for_top_level, disabled
 from lightning_xpu._namespaces import WATCHED_TOP_LEVEL
 
-DISABLE_VARIABLE = "LIGHTNING_XPU_DISABLE"
-
-
-def disabled() -> bool:
-    """`LIGHTNING_XPU_DISABLE=1` (or true/yes) turns every patch off."""
-    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+__all__ = ["DISABLE_VARIABLE", "disabled", "install"]
 
 
 class _PatchAfterExec(importlib.abc.Loader):
@@ -37,8 +32,6 @@ class _PatchAfterExec(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        from lightning_xpu._apply import apply_for_top_level
-
         apply_for_top_level(self._fullname)
 
     def __getattr__(self, name: str) -> Any:  # resource readers, get_filename, is_package, ...

@@ -20,6 +20,13 @@ from lightning_xpu._namespaces import Namespace
 class _XPUAcceleratorMethods:
     """The whole accelerator; mixed in front of Lightning's Accelerator base class."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # First selection of XPU: say loudly if a patch this Lightning needs found no target (nothing off XPU).
+        from lightning_xpu.versions import check_selected
+
+        check_selected()
+
     def setup_device(self, device: torch.device) -> None:
         if device.type != "xpu":
             raise ValueError(f"Device should be xpu, got {device} instead")
