@@ -273,8 +273,10 @@ def patch_status() -> list[PatchStatus]:
             outcome = recorded.get((package, owner, name))
             qualified = package + owner[len(side):]
             if outcome is None:
-                detail = "patching disabled (LIGHTNING_XPU_DISABLE)" if disabled() else "not attempted"
-                statuses.append(PatchStatus(name, qualified, True, False, detail))
+                # Never attempted: patching is off, or the patch module failed (recorded as "<module>").
+                failed = [o.detail for (pkg, _, n), o in recorded.items() if pkg == package and n.startswith("<")]
+                detail = "patching disabled (LIGHTNING_XPU_DISABLE)" if disabled() else "; ".join(failed)
+                statuses.append(PatchStatus(name, qualified, True, False, detail or "not attempted"))
                 continue
             detail = outcome.detail or f"by {outcome.by}"
             statuses.append(PatchStatus(outcome.name, qualified, (owner, name) in expected, outcome.applied, detail))
@@ -289,6 +291,13 @@ def problems(statuses: list[PatchStatus] | None = None) -> list[str]:
         for status in statuses
         if status.expected and not status.applied and known_minor(installed_version(status.owner)) is not None
     ]
+
+
+def failures(statuses: list[PatchStatus] | None = None) -> list[str]:
+    """What must fail a smoke or validation job: `problems`, and an installed Lightning that is refused."""
+    statuses = patch_status() if statuses is None else statuses
+    refused = {excluded_reason(installed_version(status.owner)) for status in statuses} - {None}
+    return sorted(line for line in refused if line is not None) + problems(statuses)
 
 
 class PatchWarning(UserWarning):

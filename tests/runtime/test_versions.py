@@ -4,7 +4,11 @@ every CI Lightning venv), the feature probes agree with it, and every file namin
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -27,6 +31,11 @@ from lightning_xpu.versions import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+# Subprocess-heavy tests run once per CI run, on the newest Lightning (the unit stage runs this file per venv).
+newest_lightning_only = pytest.mark.skipif(
+    versions.installed_version("lightning_fabric") not in ("0", TESTED_VERSIONS[-1]),
+    reason=f"runs once, on Lightning {TESTED_VERSIONS[-1]}",
+)
 PACKAGES = [LIGHTNING.pytorch, LIGHTNING.fabric, STANDALONE.pytorch, STANDALONE.fabric]
 
 
@@ -122,3 +131,53 @@ def test_compromised_lightning_is_named(simulated_xpu, monkeypatch: pytest.Monke
     simulated_xpu()
     _pretend(monkeypatch, "2.6.3")
     assert any(ADVISORY in message for message in versions.selection_messages())
+
+
+# Run in a fresh interpreter whose `lightning_fabric` is a throwaway copy with one patch target renamed. argv[1]:
+# "xpu" simulates Intel GPUs the way tests/conftest.py's `simulated_xpu` does (torch.xpu's device queries only).
+RENAMED_TARGET_RUN = """
+import sys, warnings
+import torch
+if sys.argv[1] == "xpu":
+    torch.xpu.is_available = lambda: True
+    torch.xpu.device_count = lambda: 2
+import lightning_xpu
+import lightning_fabric
+assert lightning_fabric.__file__.startswith(sys.argv[2]), lightning_fabric.__file__
+warnings.simplefilter("always")
+fabric = lightning_fabric.Fabric(accelerator="auto", devices=1)
+print(type(fabric.accelerator).__name__)
+"""
+
+
+def _run_with_renamed_target(tmp_path: Path, simulate_xpu: bool) -> subprocess.CompletedProcess[str]:
+    import lightning_fabric
+
+    copy = tmp_path / "site" / "lightning_fabric"
+    if not copy.exists():
+        # copy2 keeps modification times, so the copied byte code stays valid except for the edited module.
+        shutil.copytree(Path(lightning_fabric.__file__).parent, copy, copy_function=shutil.copy2)
+        cli = copy / "cli.py"
+        text = cli.read_text()
+        assert "def _get_num_processes(" in text
+        cli.write_text(text.replace("def _get_num_processes(", "def _renamed_get_num_processes("))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy.parent), str(REPO)]), "PYTHONWARNINGS": "always"}
+    env.pop("LIGHTNING_XPU_DISABLE", None)
+    argv = [sys.executable, "-c", RENAMED_TARGET_RUN, "xpu" if simulate_xpu else "off", str(copy)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+@newest_lightning_only
+def test_a_renamed_target_warns_on_xpu_and_is_silent_off_xpu(tmp_path: Path) -> None:
+    on_xpu = _run_with_renamed_target(tmp_path, simulate_xpu=True)
+    assert on_xpu.returncode == 0, on_xpu.stderr
+    assert on_xpu.stdout.split() == ["XPUAccelerator"]
+    (line,) = [line for line in on_xpu.stderr.splitlines() if "lightning_xpu:" in line]
+    version = versions.installed_version("lightning_fabric")
+    assert f"1 patch(es) needed on Lightning {version} found no target" in line
+    assert "lightning_fabric.cli._get_num_processes" in line
+
+    off_xpu = _run_with_renamed_target(tmp_path, simulate_xpu=False)
+    assert off_xpu.returncode == 0, off_xpu.stderr
+    assert off_xpu.stdout.split() == ["CPUAccelerator"]
+    assert "lightning_xpu" not in off_xpu.stderr and "PatchWarning" not in off_xpu.stderr
