@@ -48,9 +48,12 @@ class _XPUAcceleratorMethods:
         """Memory statistics with the same keys as CUDA's (`allocated_bytes.all.current`, ...)."""
         return dict(torch.xpu.memory_stats(device))
 
-    @staticmethod
-    def parse_devices(devices: Any) -> list[int] | None:
-        return xpu.parse_device_indices(devices)
+    _lightning_package: str
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int] | None:
+        environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
+        return xpu.parse_device_indices(devices, torchelastic=environments.TorchElasticEnvironment.detect())
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:

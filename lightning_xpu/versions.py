@@ -262,9 +262,10 @@ def patch_status() -> list[PatchStatus]:
     from lightning_xpu._apply import disabled
     from lightning_xpu._patching import outcomes
 
+    packages = _imported_packages()  # first: it may import Lightning, which applies the patches
     recorded = {(outcome.package, outcome.owner, outcome.name): outcome for outcome in outcomes()}
     statuses: list[PatchStatus] = []
-    for package in _imported_packages():
+    for package in packages:
         side = "pytorch" if package in ("lightning.pytorch", "pytorch_lightning") else "fabric"
         version = installed_version(package)
         expected = expected_patches(known_minor(version) or MINORS[-1], side)
@@ -352,3 +353,203 @@ def check_selected() -> None:
     _checked = True
     for message in selection_messages():
         warnings.warn(message, PatchWarning, stacklevel=3)
+
+
+# ---- copies of Lightning logic ---------------------------------------------------------------------------------
+# Where a wrapper cannot fix Lightning's result, it repeats a few lines of Lightning's method with "xpu" in place of
+# "cuda". Each such copy is named here with the upstream function it mirrors and that function's source hash on
+# every supported minor (None: absent there). tests/runtime/test_versions.py fails when a hash changes: review the
+# copy against the new upstream source, then record the new hash (`python -m lightning_xpu.versions --hashes`).
+
+
+@dataclass(frozen=True)
+class Copy:
+    ours: str  # the lightning_xpu function holding the copied lines
+    upstream: str  # the Lightning function mirrored, below the package ("pytorch.strategies.ddp.DDPStrategy.barrier")
+    hashes: dict[str, str | None]  # Lightning minor -> `source_hash` of `upstream`
+
+
+def _from(*changes: tuple[str, str | None]) -> dict[str, str | None]:
+    """Hashes per minor from (first minor, hash) pairs: each hash holds until the next pair's minor."""
+    hashes: dict[str, str | None] = {}
+    for minor in MINORS:
+        for since, value in changes:
+            if release(since) <= release(minor):
+                hashes[minor] = value
+    return hashes
+
+
+# Barrier and broadcast: every strategy whose method `lightning_xpu.strategies` wraps (ModelParallel from 2.3).
+COPIES: tuple[Copy, ...] = (
+    Copy(
+        "lightning_xpu.strategies.ddp_module.on_xpu_stream",
+        "pytorch.strategies.ddp.DDPStrategy._setup_model",
+        _from(("2.2", "e8abd82ba4d8da0b")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.ddp_module.on_xpu_stream",
+        "fabric.strategies.ddp.DDPStrategy.setup_module",
+        _from(("2.2", "1b15eae2fdc5c383")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.comm_hooks.register_hooks_on_xpu",
+        "pytorch.strategies.ddp.DDPStrategy._register_ddp_hooks",
+        _from(("2.2", "dcdad5dc143f32be")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.device_mesh.mesh_on_xpu",
+        "pytorch.strategies.fsdp.FSDPStrategy.setup_environment",
+        _from(("2.2", "24d5f8c885d836b4"), ("2.3", "32f4b6ceef42f625"), ("2.5", "59cf1369abd64710")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.device_mesh.mesh_on_xpu",
+        "fabric.strategies.fsdp.FSDPStrategy.setup_environment",
+        _from(("2.2", "29987a2e6a414a67"), ("2.3", "6f91acc4b673e132")),
+    ),
+    Copy(
+        "lightning_xpu.device.parse_device_indices",
+        "fabric.utilities.device_parser._parse_gpu_ids",
+        _from(("2.2", "289762090c382e8b")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "pytorch.strategies.ddp.DDPStrategy.barrier",
+        _from(("2.2", "b465ca480ac080e8")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "pytorch.strategies.ddp.DDPStrategy.broadcast",
+        _from(("2.2", "381f72e3f49a26ff")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "pytorch.strategies.fsdp.FSDPStrategy.barrier",
+        _from(("2.2", "2f0c5880de4824a8")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "pytorch.strategies.fsdp.FSDPStrategy.broadcast",
+        _from(("2.2", "381f72e3f49a26ff")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "pytorch.strategies.model_parallel.ModelParallelStrategy.barrier",
+        _from(("2.2", None), ("2.3", "2f0c5880de4824a8")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "pytorch.strategies.model_parallel.ModelParallelStrategy.broadcast",
+        _from(("2.2", None), ("2.3", "381f72e3f49a26ff")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "fabric.strategies.ddp.DDPStrategy.barrier",
+        _from(("2.2", "52ac8c6a1317f55a"), ("2.5", "17ede1e2fe1bb04f")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "fabric.strategies.ddp.DDPStrategy.broadcast",
+        _from(("2.2", "381f72e3f49a26ff")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "fabric.strategies.fsdp.FSDPStrategy.barrier",
+        _from(("2.2", "c63c3f44b7495e09")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "fabric.strategies.fsdp.FSDPStrategy.broadcast",
+        _from(("2.2", "381f72e3f49a26ff")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.barrier_with_device",
+        "fabric.strategies.model_parallel.ModelParallelStrategy.barrier",
+        _from(("2.2", None), ("2.3", "c63c3f44b7495e09")),
+    ),
+    Copy(
+        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
+        "fabric.strategies.model_parallel.ModelParallelStrategy.broadcast",
+        _from(("2.2", None), ("2.3", "381f72e3f49a26ff")),
+    ),
+)
+
+
+def upstream_function(package: str, upstream: str) -> object | None:
+    """The unpatched Lightning function `upstream` names in `package` ("lightning.pytorch", ...), None if absent."""
+    from lightning_xpu._patching import original_of
+
+    parts = upstream.split(".")[1:]
+    for split in range(len(parts) - 1, 0, -1):
+        name = f"{package}.{'.'.join(parts[:split])}"
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is not None and name.startswith(error.name):
+                continue  # not a module (a class further down), or absent in this Lightning
+            raise
+        owner: object = module
+        for name in parts[split:-1]:
+            owner = getattr(owner, name, None)
+            if owner is None:
+                return None
+        return original_of(owner, parts[-1]) if hasattr(owner, parts[-1]) else None
+    return None
+
+
+def source_hash(function: object) -> str:
+    """sha256 (16 hex digits) of the function's syntax tree without comments, docstring, annotations and
+    decorators, with the standalone package names written as `lightning.*`: what changes when its logic does."""
+    import ast
+    import hashlib
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))  # type: ignore[arg-type]
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.decorator_list, node.returns = [], None
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                node.body = body[1:] or [ast.Pass()]
+        elif isinstance(node, ast.arg):
+            node.annotation = None
+        elif isinstance(node, ast.AnnAssign):
+            node.annotation = ast.Constant(None)
+    text = ast.dump(tree)
+    for standalone, bundled in (("pytorch_lightning", "lightning.pytorch"), ("lightning_fabric", "lightning.fabric")):
+        text = text.replace(standalone, bundled)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_xpu.versions",
+        description="Lightning-version knowledge of lightning_xpu. --hashes prints the source hash of every upstream"
+        " function a copy in COPIES mirrors, in the installed Lightning (to record after reviewing a copy);"
+        " without options: the patch status of this process.",
+    )
+    parser.add_argument("--hashes", action="store_true", help="print upstream source hashes for COPIES")
+    args = parser.parse_args(argv)
+    if args.hashes:
+        from lightning_xpu._namespaces import default_namespace
+
+        namespace = default_namespace()
+        for copy in COPIES:
+            package = namespace.fabric if copy.upstream.startswith("fabric.") else str(namespace.pytorch)
+            function = upstream_function(package, copy.upstream)
+            digest = None if function is None else source_hash(function)
+            print(f"{installed_version(package)} {copy.upstream} {digest}")
+        return 0
+    for status in patch_status():
+        state = "applied" if status.applied else "NOT APPLIED"
+        expected = "expected" if status.expected else "extra"
+        print(f"{state:<12} {expected:<8} {status.owner}.{status.name}: {status.detail}")
+    for message in selection_messages():
+        print(message)
+    return 1 if failures() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

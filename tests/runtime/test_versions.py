@@ -4,6 +4,7 @@ every CI Lightning venv), the feature probes agree with it, and every file namin
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -181,3 +182,33 @@ def test_a_renamed_target_warns_on_xpu_and_is_silent_off_xpu(tmp_path: Path) -> 
     assert off_xpu.returncode == 0, off_xpu.stderr
     assert off_xpu.stdout.split() == ["CPUAccelerator"]
     assert "lightning_xpu" not in off_xpu.stderr and "PatchWarning" not in off_xpu.stderr
+
+
+@pytest.mark.parametrize("copy", versions.COPIES, ids=lambda copy: copy.upstream)
+def test_copied_lightning_logic_is_unchanged_upstream(copy: versions.Copy) -> None:
+    module, _, name = copy.ours.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), name)), copy.ours
+    assert set(copy.hashes) == set(MINORS)
+    side = copy.upstream.split(".")[0]
+    for package in [p for p in PACKAGES if _side(p) == side]:
+        version = _installed(package)
+        function = versions.upstream_function(package, copy.upstream)
+        actual = None if function is None else versions.source_hash(function)
+        minor = versions.known_minor(version)
+        assert minor is not None and actual == copy.hashes[minor], (
+            f"Lightning {version} ({package}) changed {copy.upstream}: review {copy.ours} against it, then record"
+            f" {actual!r} for {minor or versions.minor_of(version)} in lightning_xpu/versions.py COPIES"
+        )
+
+
+def test_source_hash_follows_logic_not_comments_or_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = {
+        "base": 'def f(x: int) -> int:\n    """Doc."""\n    return x + 1\n',
+        "comment": 'def f(x: "int") -> "int":\n    # a comment\n    """Other doc."""\n    return x + 1  # same\n',
+        "logic": "def f(x):\n    return x + 2\n",
+    }
+    for name, body in bodies.items():
+        (tmp_path / f"hash_{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    digest = {name: versions.source_hash(importlib.import_module(f"hash_{name}").f) for name in bodies}
+    assert digest["base"] == digest["comment"] != digest["logic"]
