@@ -21,7 +21,8 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
-from types import ModuleType
+
+from lightning_xpu._namespaces import optional_module
 
 # ---- the supported range ---------------------------------------------------------------------------------------
 
@@ -91,17 +92,6 @@ FEATURES: dict[str, Feature] = {
         "fabric_run_command", "2.3", "`fabric run` is the command itself (2.2: the group of `fabric run model`)"
     ),
 }
-
-
-def optional_module(package: str, relative: str) -> ModuleType | None:
-    """`package.relative`, or None where this Lightning has no such module (e.g. model_parallel before 2.3)."""
-    name = f"{package}.{relative}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name == name:
-            return None
-        raise
 
 
 def probe(feature: str, package: str) -> bool:

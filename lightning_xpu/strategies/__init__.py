@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_xpu._namespaces import Namespace
+from lightning_xpu._namespaces import Namespace, optional_module
 from lightning_xpu._patching import record, wrap
 from lightning_xpu.strategies.backend import choose_backend
 from lightning_xpu.strategies.collectives import barrier_with_device, broadcast_objects_safely
@@ -26,7 +26,6 @@ from lightning_xpu.strategies.ddp_module import on_xpu_stream
 from lightning_xpu.strategies.device_mesh import mesh_on_xpu
 from lightning_xpu.strategies.fork_guard import refuse_fork_after_xpu_init
 from lightning_xpu.strategies.process_group import around_process_group_init, device_id_rule
-from lightning_xpu.versions import optional_module
 
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 

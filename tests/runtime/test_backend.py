@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, strategy_class, xpu_strategy
+from lightning_grid import NAMESPACES, QUIET, SIDES, strategy_class, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
@@ -64,7 +64,7 @@ def test_off_xpu_lightning_chooses_as_before(namespace, side) -> None:
 @pytest.mark.parametrize(("strategy", "start_method"), [("ddp", "popen"), ("ddp_spawn", "spawn"), ("ddp_fork", "fork")])
 def test_trainer_ddp_strings_run_on_xpu_with_xccl(simulated_xpu, namespace, strategy, start_method) -> None:
     simulated_xpu(devices=2)
-    trainer = namespace.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy=strategy, logger=False)
+    trainer = namespace.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy=strategy, **QUIET)
     assert type(trainer.strategy).__name__ == "DDPStrategy"
     assert trainer.strategy._start_method == start_method
     assert trainer.strategy.root_device == torch.device("xpu", 0)

@@ -2,7 +2,7 @@
 set_device before the process group, oneCCL's local rank, device_id, barrier and object broadcast.
 
 Each process group here is recorded, not created (`recorded_process_group`); strategies run as local rank 1 of 2
-devices (strategy_harness), so the rank's device is xpu:1 and anything that lands on xpu:0 shows.
+devices (lightning_grid), so the rank's device is xpu:1 and anything that lands on xpu:0 shows.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, strategy_class, strategy_module, xpu_strategy
+from lightning_grid import NAMESPACES, SIDES, init_kwargs, strategy_class, strategy_module, xpu_strategy
 
 from lightning_xpu._patching import original_of
 

@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, strategy_class, xpu_strategy
+from lightning_grid import NAMESPACES, SIDES, init_kwargs, strategy_class, xpu_strategy
 
 from lightning_xpu._patching import original_of
 

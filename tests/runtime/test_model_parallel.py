@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, xpu_strategy
+from lightning_grid import NAMESPACES, SIDES, init_kwargs, xpu_strategy
 
 
 @NAMESPACES

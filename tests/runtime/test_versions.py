@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from lightning_grid import FABRIC_PACKAGES, TRAINER_PACKAGES, newest_lightning_only
 
 import lightning_xpu  # noqa: F401  (patches the namespaces imported below)
 from lightning_xpu import versions
@@ -32,12 +33,7 @@ from lightning_xpu.versions import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-# Subprocess-heavy tests run once per CI run, on the newest Lightning (the unit stage runs this file per venv).
-newest_lightning_only = pytest.mark.skipif(
-    versions.installed_version("lightning_fabric") not in ("0", TESTED_VERSIONS[-1]),
-    reason=f"runs once, on Lightning {TESTED_VERSIONS[-1]}",
-)
-PACKAGES = [LIGHTNING.pytorch, LIGHTNING.fabric, STANDALONE.pytorch, STANDALONE.fabric]
+PACKAGES = [*TRAINER_PACKAGES, *FABRIC_PACKAGES]
 
 
 def _side(package: str) -> str:
