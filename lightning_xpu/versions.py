@@ -134,6 +134,22 @@ _CONNECTOR = (
     "_check_and_init_precision",
 )
 _STRATEGY = ("_get_process_group_backend", "barrier", "broadcast")
+
+
+def _strategy_groups(side: str, ddp: tuple[str, ...], fsdp: tuple[str, ...]) -> tuple[PatchGroup, ...]:
+    """lightning_xpu.strategies' targets on one side; `ddp`/`fsdp`: the methods beyond `_STRATEGY` it wraps there
+    (ModelParallel, from 2.3, has `_setup_distributed` on both sides)."""
+    by = "lightning_xpu.strategies"
+    groups: list[PatchGroup] = [PatchGroup(f"{side}.strategies.launchers.multiprocessing._MultiProcessingLauncher",
+                                           ("launch",), by)]
+    for module, cls, names, since in (
+        ("ddp", "DDPStrategy", ddp, LOWEST),
+        ("fsdp", "FSDPStrategy", fsdp, LOWEST),
+        ("model_parallel", "ModelParallelStrategy", ("_setup_distributed",), "2.3"),
+    ):
+        groups.append(PatchGroup(f"{side}.strategies.{module}", ("_init_dist_connection",), by, since))
+        groups.append(PatchGroup(f"{side}.strategies.{module}.{cls}", (*_STRATEGY, *names), by, since))
+    return tuple(groups)
 _RNG = ("_collect_rng_states", "_set_rng_states")
 _MEMORY = ("is_oom_error", "garbage_collection_cuda")
 
@@ -143,17 +159,8 @@ MANIFEST: tuple[PatchGroup, ...] = (
                "lightning_xpu.connector"),
     PatchGroup("pytorch.trainer.connectors.accelerator_connector._AcceleratorConnector",
                ("_choose_and_init_cluster_environment",), "lightning_xpu.environments.selection"),
-    PatchGroup("pytorch.strategies.ddp", ("_init_dist_connection",), "lightning_xpu.strategies"),
-    PatchGroup("pytorch.strategies.ddp.DDPStrategy", (*_STRATEGY, "setup_distributed", "_setup_model"),
-               "lightning_xpu.strategies"),
+    *_strategy_groups("pytorch", ("setup_distributed", "_setup_model"), ("setup_environment",)),
     PatchGroup("pytorch.strategies.ddp.DDPStrategy", ("_register_ddp_hooks",), "lightning_xpu.strategies.comm_hooks"),
-    PatchGroup("pytorch.strategies.fsdp", ("_init_dist_connection",), "lightning_xpu.strategies"),
-    PatchGroup("pytorch.strategies.fsdp.FSDPStrategy", (*_STRATEGY, "setup_environment"), "lightning_xpu.strategies"),
-    PatchGroup("pytorch.strategies.model_parallel", ("_init_dist_connection",), "lightning_xpu.strategies", "2.3"),
-    PatchGroup("pytorch.strategies.model_parallel.ModelParallelStrategy", (*_STRATEGY, "_setup_distributed"),
-               "lightning_xpu.strategies", "2.3"),
-    PatchGroup("pytorch.strategies.launchers.multiprocessing._MultiProcessingLauncher", ("launch",),
-               "lightning_xpu.strategies"),
     PatchGroup("pytorch.trainer.setup", ("_log_device_info",), "lightning_xpu.trainer"),
     PatchGroup("pytorch.core.saving", ("_default_map_location",), "lightning_xpu.trainer"),
     PatchGroup("pytorch.profilers.pytorch.PyTorchProfiler", ("_default_activities",), "lightning_xpu.profiler"),
@@ -172,17 +179,7 @@ MANIFEST: tuple[PatchGroup, ...] = (
                "lightning_xpu.environments.selection"),
     PatchGroup("fabric.plugins.environments.slurm.SLURMEnvironment", ("detect", "_validate_srun_used"),
                "lightning_xpu.environments.selection"),
-    PatchGroup("fabric.strategies.ddp", ("_init_dist_connection",), "lightning_xpu.strategies"),
-    PatchGroup("fabric.strategies.ddp.DDPStrategy", (*_STRATEGY, "_setup_distributed", "setup_module"),
-               "lightning_xpu.strategies"),
-    PatchGroup("fabric.strategies.fsdp", ("_init_dist_connection",), "lightning_xpu.strategies"),
-    PatchGroup("fabric.strategies.fsdp.FSDPStrategy", (*_STRATEGY, "_setup_distributed", "setup_environment"),
-               "lightning_xpu.strategies"),
-    PatchGroup("fabric.strategies.model_parallel", ("_init_dist_connection",), "lightning_xpu.strategies", "2.3"),
-    PatchGroup("fabric.strategies.model_parallel.ModelParallelStrategy", (*_STRATEGY, "_setup_distributed"),
-               "lightning_xpu.strategies", "2.3"),
-    PatchGroup("fabric.strategies.launchers.multiprocessing._MultiProcessingLauncher", ("launch",),
-               "lightning_xpu.strategies"),
+    *_strategy_groups("fabric", ("_setup_distributed", "setup_module"), ("_setup_distributed", "setup_environment")),
     PatchGroup("fabric.utilities.throughput", ("get_available_flops",), "lightning_xpu.throughput"),
     PatchGroup("fabric.utilities.seed", _RNG, "lightning_xpu.rng"),
     PatchGroup("fabric.strategies.launchers.multiprocessing", _RNG, "lightning_xpu.rng"),
@@ -369,7 +366,18 @@ def _from(*changes: tuple[str, str | None]) -> dict[str, str | None]:
     return hashes
 
 
-# Barrier and broadcast: every strategy whose method `lightning_xpu.strategies` wraps (ModelParallel from 2.3).
+# Barrier and broadcast: every strategy whose methods `lightning_xpu.strategies` wraps, with the hashes of its
+# `barrier`; its `broadcast` is the same function everywhere (BROADCAST_HASH) from the minor the strategy exists.
+_BARRIERS: dict[str, dict[str, str | None]] = {
+    "pytorch.strategies.ddp.DDPStrategy": _from(("2.2", "b465ca480ac080e8")),
+    "pytorch.strategies.fsdp.FSDPStrategy": _from(("2.2", "2f0c5880de4824a8")),
+    "pytorch.strategies.model_parallel.ModelParallelStrategy": _from(("2.2", None), ("2.3", "2f0c5880de4824a8")),
+    "fabric.strategies.ddp.DDPStrategy": _from(("2.2", "52ac8c6a1317f55a"), ("2.5", "17ede1e2fe1bb04f")),
+    "fabric.strategies.fsdp.FSDPStrategy": _from(("2.2", "c63c3f44b7495e09")),
+    "fabric.strategies.model_parallel.ModelParallelStrategy": _from(("2.2", None), ("2.3", "c63c3f44b7495e09")),
+}
+BROADCAST_HASH = "381f72e3f49a26ff"
+
 COPIES: tuple[Copy, ...] = (
     Copy(
         "lightning_xpu.strategies.ddp_module.on_xpu_stream",
@@ -401,66 +409,11 @@ COPIES: tuple[Copy, ...] = (
         "fabric.utilities.device_parser._parse_gpu_ids",
         _from(("2.2", "289762090c382e8b")),
     ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "pytorch.strategies.ddp.DDPStrategy.barrier",
-        _from(("2.2", "b465ca480ac080e8")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "pytorch.strategies.ddp.DDPStrategy.broadcast",
-        _from(("2.2", "381f72e3f49a26ff")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "pytorch.strategies.fsdp.FSDPStrategy.barrier",
-        _from(("2.2", "2f0c5880de4824a8")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "pytorch.strategies.fsdp.FSDPStrategy.broadcast",
-        _from(("2.2", "381f72e3f49a26ff")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "pytorch.strategies.model_parallel.ModelParallelStrategy.barrier",
-        _from(("2.2", None), ("2.3", "2f0c5880de4824a8")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "pytorch.strategies.model_parallel.ModelParallelStrategy.broadcast",
-        _from(("2.2", None), ("2.3", "381f72e3f49a26ff")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "fabric.strategies.ddp.DDPStrategy.barrier",
-        _from(("2.2", "52ac8c6a1317f55a"), ("2.5", "17ede1e2fe1bb04f")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "fabric.strategies.ddp.DDPStrategy.broadcast",
-        _from(("2.2", "381f72e3f49a26ff")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "fabric.strategies.fsdp.FSDPStrategy.barrier",
-        _from(("2.2", "c63c3f44b7495e09")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "fabric.strategies.fsdp.FSDPStrategy.broadcast",
-        _from(("2.2", "381f72e3f49a26ff")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.barrier_with_device",
-        "fabric.strategies.model_parallel.ModelParallelStrategy.barrier",
-        _from(("2.2", None), ("2.3", "c63c3f44b7495e09")),
-    ),
-    Copy(
-        "lightning_xpu.strategies.collectives.broadcast_objects_safely",
-        "fabric.strategies.model_parallel.ModelParallelStrategy.broadcast",
-        _from(("2.2", None), ("2.3", "381f72e3f49a26ff")),
-    ),
+    *(Copy("lightning_xpu.strategies.collectives.barrier_with_device", f"{owner}.barrier", hashes)
+      for owner, hashes in _BARRIERS.items()),
+    *(Copy("lightning_xpu.strategies.collectives.broadcast_objects_safely", f"{owner}.broadcast",
+           {minor: None if hashes[minor] is None else BROADCAST_HASH for minor in MINORS})
+      for owner, hashes in _BARRIERS.items()),
 )
 
 

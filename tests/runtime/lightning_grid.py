@@ -1,8 +1,8 @@
 """The Trainer/Fabric x namespace grid of the runtime tests, in one vocabulary.
 
-- Which Lightning APIs a test runs on: `TRAINER_NAMESPACES`, `FABRIC_NAMESPACES`, `NAMESPACES` x `SIDES` (pytest
-  parametrize marks over `lightning_xpu._namespaces.Namespace`), `APIS`/`TRAINERS` ((api, package) pairs), and the
-  plain lists behind them.
+- Which Lightning APIs a test runs on: `TRAINER_NAMESPACES`, `FABRIC_NAMESPACES`, `NAMESPACES`, `NAMESPACE_SIDES`
+  (pytest parametrize marks over `lightning_xpu._namespaces.Namespace`), `APIS`/`TRAINERS` ((api, package)
+  pairs), and the plain lists behind them.
 - Building them quietly: `QUIET` (the Trainer arguments that keep a test's output and disk clean), `build`,
   `trainer_on` (a Trainer whose strategy sits on a given, possibly simulated, device).
 - Lightning alone: `unpatched` (a connector method as Lightning wrote it).
@@ -60,11 +60,16 @@ FABRIC_OF = {str(namespace.pytorch): namespace.fabric for namespace in TRAINER_N
 
 TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", TRAINER_NAMESPACE_LIST, ids=lambda ns: ns.pytorch)
 FABRIC_NAMESPACES = pytest.mark.parametrize("namespace", FABRIC_NAMESPACE_LIST, ids=lambda ns: ns.fabric)
-# Both sides of each namespace (with SIDES): ids "lightning" and "pytorch_lightning".
+# The namespaces by name: ids "lightning" and "pytorch_lightning".
 NAMESPACES = pytest.mark.parametrize(
     "namespace", TRAINER_NAMESPACE_LIST, ids=lambda ns: "lightning" if ns is LIGHTNING else "pytorch_lightning"
 )
-SIDES = pytest.mark.parametrize("side", ["trainer", "fabric"])
+# Both at once: every strategy test runs on the Trainer and Fabric of both namespaces.
+NAMESPACE_SIDES = pytest.mark.parametrize(
+    ("namespace", "side"),
+    [(ns, side) for ns in TRAINER_NAMESPACE_LIST for side in ("trainer", "fabric")],
+    ids=lambda value: value if isinstance(value, str) else ("lightning" if value is LIGHTNING else "pytorch_lightning"),
+)
 
 # (api, package): the Trainer and Fabric of both namespaces.
 APIS = [
