@@ -11,7 +11,8 @@
 Owners are named below the Lightning package, the same in both namespaces: `pytorch.X` is `lightning.pytorch.X`
 and `pytorch_lightning.X`, `fabric.X` is `lightning.fabric.X` and `lightning_fabric.X`.
 
-Importing this module imports neither torch nor Lightning.
+Importing this module imports neither torch nor Lightning, nor any other lightning_xpu module (the recipe renderer
+loads it by path).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
-
-from lightning_xpu._namespaces import optional_module
 
 # ---- the supported range ---------------------------------------------------------------------------------------
 
@@ -97,6 +96,8 @@ FEATURES: dict[str, Feature] = {
 def probe(feature: str, package: str) -> bool:
     """Ask the Lightning package `package` ("lightning.pytorch", "lightning_fabric", ...) about `feature`."""
     if feature == "model_parallel":
+        from lightning_xpu._namespaces import optional_module
+
         module = optional_module(package, "strategies.model_parallel")
         return module is not None and hasattr(module, "ModelParallelStrategy")
     if feature == "auto_accelerator_staticmethod":
