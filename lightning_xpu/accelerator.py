@@ -21,6 +21,13 @@ from lightning_xpu._namespaces import Namespace
 class _XPUAcceleratorMethods:
     """The whole accelerator; mixed in front of Lightning's Accelerator base class."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # First selection of XPU: say loudly if a patch this Lightning needs found no target (nothing off XPU).
+        from lightning_xpu.versions import check_selected
+
+        check_selected()
+
     def setup_device(self, device: torch.device) -> None:
         if device.type != "xpu":
             raise ValueError(f"Device should be xpu, got {device} instead")
@@ -42,9 +49,12 @@ class _XPUAcceleratorMethods:
         """Memory statistics with the same keys as CUDA's (`allocated_bytes.all.current`, ...)."""
         return dict(torch.xpu.memory_stats(device))
 
-    @staticmethod
-    def parse_devices(devices: Any) -> list[int] | None:
-        return xpu.parse_device_indices(devices)
+    _lightning_package: str
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int] | None:
+        environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
+        return xpu.parse_device_indices(devices, torchelastic=environments.TorchElasticEnvironment.detect())
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:

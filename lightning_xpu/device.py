@@ -38,10 +38,15 @@ def affinity_hint() -> str:
     return ""
 
 
-def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> list[int] | None:
+def parse_device_indices(
+    devices: int | str | list[int] | tuple[int, ...], torchelastic: bool = False
+) -> list[int] | None:
     """Lightning's GPU convention: an int or plain string is a count (-1 = all), "0,2" or a list are indices.
 
-    0, "0" and [] mean no device (None), as for CUDA.
+    0, "0" and [] mean no device (None), as for CUDA. `torchelastic`: launched by torchrun (Lightning's
+    TorchElasticEnvironment.detect()); then, as in Lightning's `_parse_gpu_ids`, several indices are accepted
+    unchecked where the process sees one device (a per-process affinity mask). A copy of Lightning's logic:
+    listed in lightning_xpu/versions.py COPIES.
     """
     if isinstance(devices, bool) or not isinstance(devices, (int, str, list, tuple)):
         raise TypeError(f"devices must be an int, a string or a list of ints, got {devices!r}")
@@ -52,7 +57,7 @@ def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> li
         if "," in text:
             indices = [int(part) for part in text.split(",") if part.strip()]
         else:
-            return parse_device_indices(int(text))
+            return parse_device_indices(int(text), torchelastic)
     elif isinstance(devices, int):
         if devices == 0:
             return None
@@ -66,9 +71,11 @@ def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> li
         if not devices:
             return None
         indices = [int(index) for index in devices]
+    available = xpu_device_count()
+    if torchelastic and len(indices) != 1 and available == 1:
+        return indices  # Lightning's torchelastic bypass: each process shows one device by default
     if len(set(indices)) != len(indices):
         raise ValueError(f"Device IDs (XPU) must be unique, got {indices}")
-    available = xpu_device_count()
     missing = [index for index in indices if not 0 <= index < available]
     if missing:
         raise ValueError(

@@ -76,9 +76,13 @@ class _FSDPPrecisionOnXPU:
             self.scaler = ShardedGradScaler(device="xpu")
 
     def forward_context(self) -> Any:
-        if "mixed" in self.precision:
-            return torch.autocast("xpu", dtype=torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16)
-        return super().forward_context()  # type: ignore[misc]
+        """Lightning's context; its CUDA autocast (mixed precisions) becomes the same autocast on "xpu"."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*CUDA is not available")  # the CUDA autocast is replaced
+            context = super().forward_context()  # type: ignore[misc]
+        if isinstance(context, torch.autocast) and context.device == "cuda":
+            return torch.autocast("xpu", dtype=context.fast_dtype)
+        return context
 
 
 def _precision_module(package: str) -> Any:

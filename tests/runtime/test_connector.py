@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _connector_helpers import APIS, TRAINERS, build, connector_module, strategies, unpatched
+from lightning_grid import APIS, TRAINERS, build, connector_module, strategies, unpatched
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu.accelerator import is_xpu_accelerator

@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, strategy_class, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, init_kwargs, strategy_class, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
@@ -26,8 +26,7 @@ def fsdp_kwargs(strategy) -> dict:  # type: ignore[no-untyped-def]
     return strategy.kwargs if hasattr(strategy, "kwargs") else strategy._fsdp_kwargs
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_tuple_device_mesh_is_built_on_xpu(simulated_xpu, recorded_process_group, namespace, side) -> None:
     sim = simulated_xpu()
     pg = recorded_process_group(sim.events)
@@ -39,8 +38,7 @@ def test_tuple_device_mesh_is_built_on_xpu(simulated_xpu, recorded_process_group
     assert pg.backend == "xccl" and ("set_device", torch.device("xpu", 1)) in sim.events
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     strategy = fsdp_with_mesh(namespace, side)
@@ -48,8 +46,7 @@ def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_pr
     assert [mesh.device_type for mesh in pg.meshes] == ["cuda"]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_a_failed_setup_leaves_the_tuple_in_place(simulated_xpu, recorded_process_group, namespace, side,
                                                  monkeypatch) -> None:
     recorded_process_group(simulated_xpu().events)
@@ -64,16 +61,14 @@ def test_a_failed_setup_leaves_the_tuple_in_place(simulated_xpu, recorded_proces
     assert fsdp_kwargs(strategy)["device_mesh"] == (1, 2)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_fsdp_does_not_bind_the_process_group_to_the_xpu(simulated_xpu, recorded_process_group, namespace,
                                                         side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     assert init_kwargs(xpu_strategy(namespace, side, "FSDPStrategy"), side, "FSDPStrategy", pg).get("device_id") is None
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_fsdp_binds_the_process_group_to_the_xpu(simulated_xpu, recorded_process_group, namespace,
                                                           side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
@@ -83,8 +78,7 @@ def test_unpatched_fsdp_binds_the_process_group_to_the_xpu(simulated_xpu, record
     assert bound["device_id"] == torch.device("xpu", 1)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_off_xpu_fsdp_mesh_is_lightnings(recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group()
     cls = strategy_class(namespace, side, "FSDPStrategy")

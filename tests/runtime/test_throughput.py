@@ -9,15 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from simulated_trainer import trainer_on
+from lightning_grid import FABRIC_NAMESPACES, TRAINER_NAMESPACES, trainer_on
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, STANDALONE_FABRIC, Namespace
+from lightning_xpu._namespaces import LIGHTNING, Namespace
 from lightning_xpu._patching import original_of
 from lightning_xpu.flops import FlopsUnknown, peak_flops
 
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
-FABRIC_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE_FABRIC], ids=lambda ns: ns.fabric)
 MAX_1550 = "Intel(R) Data Center GPU Max 1550"
 XPU0 = torch.device("xpu", 0)
 
