@@ -95,6 +95,14 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
                     " tests/xpu_simulation.py", pytrace=False)
 
 
+@pytest.fixture
+def rank_zero_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give Lightning's rank-zero helpers a rank for the test (a Trainer built where Slurm is installed warns)."""
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0), raising=False)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`xpu_profile`: the torch releases of the profile grid (tests/xpu_profiles.py `PROFILE_GRID`), on the newest
     Lightning of the CI venvs only; elsewhere tests asking for it are deselected (older Lightning keeps the

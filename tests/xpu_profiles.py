@@ -47,7 +47,7 @@ FACTS: tuple[Fact, ...] = (
          "xpu.is_available")),
     Fact("count_poisons_fork", ">=2.13", "unless-pyzes",
          f"{XPU_INIT}@v2.13.0 (device_count: _device_count_zes first; 'will NOT poison fork if Level Zero Sysman"
-         " discovery succeeds')", ("xpu.device_count", "xpu.is_available")),
+         " discovery succeeds')", ("xpu.device_count", "xpu.is_available", "xpu._device_count_zes")),
     Fact("bad_fork_error", ">=2.5",
          "Cannot re-initialize XPU in forked subprocess. To use XPU with multiprocessing, you must use the 'spawn'"
          " start method", f"{XPU_INIT}@v2.13.0 (_lazy_init)", ("xpu._is_in_bad_fork",)),
@@ -74,13 +74,14 @@ FACTS: tuple[Fact, ...] = (
     Fact("ipex_replaces_memory_calls", ">=2.5,<2.8", True, "intel/intel-extension-for-pytorch frontend.py"
          "@v2.5.10+xpu..v2.7.10+xpu (R12)", ("xpu.empty_cache", "xpu.memory_stats"), verified=False,
          note="replacement verified; its behaviour before initialisation is not, so it is modelled as initialising"),
-    Fact("ipex_replaces_memory_calls", ">=2.8", False, "IPEX 2.8 is the last release; no replacement modelled"),
+    Fact("ipex_replaces_memory_calls", ">=2.8", False, "intel/intel-extension-for-pytorch@v2.8.10+xpu (the last"
+         " release; nothing replaced from 2.8 on is known)", verified=False, note="no IPEX read for 2.8"),
     # ---- R8: is_xccl_available ----------------------------------------------------------------------------------
     Fact("is_xccl_available", "<2.6", ABSENT, "torch/distributed/__init__.py@v2.5.1",
          ("distributed.is_xccl_available",)),
-    Fact("is_xccl_available", ">=2.6,<2.8", False, "intel/torch-xpu-ops release/2.6 (no XCCL), release/2.7 (USE_XCCL"
+    Fact("is_xccl_available", ">=2.6,<2.8", False, "intel/torch-xpu-ops@release/2.6 (no XCCL), @release/2.7 (USE_XCCL"
          " off)", ("distributed.is_xccl_available",)),
-    Fact("is_xccl_available", ">=2.8", True, "intel/torch-xpu-ops release/2.8 (XCCL built in XPU wheels)",
+    Fact("is_xccl_available", ">=2.8", True, "intel/torch-xpu-ops@release/2.8 (XCCL built in XPU wheels)",
          ("distributed.is_xccl_available",)),
     # ---- R7: Backend names and init_process_group(device_id=...) --------------------------------------------------
     Fact("backend_xccl_name", "<2.6", False, f"{C10D}@v2.5.1 (Backend has no XCCL)",
@@ -96,9 +97,10 @@ FACTS: tuple[Fact, ...] = (
          " with an index below torch.accelerator.device_count())", ("distributed.init_process_group",)),
     # ---- R4: ShardedGradScaler ---------------------------------------------------------------------------------
     Fact("sharded_scaler_xpu", "<2.6", False, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.5.1"
-         " (_is_supported_device lacks 'xpu': scale() asserts)", ("distributed.fsdp",)),
+         " (_is_supported_device lacks 'xpu': scale() asserts)", ("distributed.fsdp",
+         "distributed.fsdp.sharded_grad_scaler._is_supported_device")),
     Fact("sharded_scaler_xpu", ">=2.6", True, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.6.0..v2.13.0",
-         ("distributed.fsdp",)),
+         ("distributed.fsdp", "distributed.fsdp.sharded_grad_scaler._is_supported_device")),
     # ---- R3: oneCCL bindings ------------------------------------------------------------------------------------
     Fact("oneccl_needs_ipex_first", "<2.8", True, "intel/torch-ccl README and src/gpu/CMakeLists.txt"
          "@v2.5.0+xpu..v2.7.0+xpu; oneccl_bindings_for_pytorch/__init__.py (prints 'CCL doesn't work for XPU"
@@ -116,8 +118,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("onednn_fp32_precision_api", ">=2.9", "present", "torch/backends/mkldnn/__init__.py@v2.13.0 (matmul ="
          " _FP32Precision('mkldnn', 'matmul')); pytorch#157520", ("backends.mkldnn.matmul",
          "backends.mkldnn.matmul.fp32_precision"), verified=False, note="2.9-2.12 from the PR"),
-    Fact("mixed_precision_api_raises", "<2.9", False, "no fp32_precision API before 2.9: nothing to mix (row"
-         " onednn_fp32_precision_api)"),
+    Fact("mixed_precision_api_raises", "<2.9", False, "torch/backends/mkldnn/__init__.py@v2.8.0 (no fp32_precision"
+         " API before 2.9: nothing to mix)"),
     Fact("mixed_precision_api_raises", ">=2.13", True, "torch/__init__.py@v2.13.0 (measured here: after"
          " `torch.backends.mkldnn.matmul.fp32_precision = 'tf32'`, get_float32_matmul_precision() raises"
          " RuntimeError)", verified=True, note="2.9-2.12 not verified"),

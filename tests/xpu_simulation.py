@@ -197,6 +197,8 @@ class _ImportModel(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 class StrictNamespace:
     """Forwards everything to a real torch module; records lightning_xpu's accesses that no table row models."""
 
+    __slots__ = ("_strict_path", "_strict_real", "_strict_record")
+
     def __init__(self, real: Any, path: str, record: list[str]) -> None:
         object.__setattr__(self, "_strict_real", real)
         object.__setattr__(self, "_strict_path", path)
@@ -217,6 +219,10 @@ class StrictNamespace:
 
     def __delattr__(self, name: str) -> None:
         delattr(self._strict_real, name)
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]  # what monkeypatch saves and restores
+        return vars(self._strict_real)
 
     def __dir__(self) -> list[str]:
         return dir(self._strict_real)
@@ -376,6 +382,8 @@ def simulate_xpu(
     patch.setattr(torch.profiler, "supported_activities", lambda: set(supported))
 
     if profile is None:
+        # The kind default: counting never poisons fork (as with PyTorch >= 2.13 and working Level Zero Sysman).
+        patch.setattr(xpu, "_device_count_zes", lambda: sim.devices, raising=False)
         patch.setattr(torch.distributed, "is_xccl_available", lambda: sim.xccl, raising=False)
         patch.setitem(sys.modules, ONECCL_MODULE, stand_in_oneccl_module() if oneccl else None)
         return sim
