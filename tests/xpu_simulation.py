@@ -457,3 +457,28 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     patch.setattr(sys.modules[__name__], "_ACTIVE", [*_ACTIVE, sim])
     for attribute in ("xpu", "distributed", "backends"):
         patch.setattr(torch, attribute, StrictNamespace(getattr(torch, attribute), attribute, sim.unmodelled))
+
+
+# ---- launched ranks (tests/bootstrap/sitecustomize.py) ---------------------------------------------------------
+
+PROFILE_VARIABLE, DEVICES_VARIABLE, ONECCL_VARIABLE = "LXPU_SIM_PROFILE", "LXPU_SIM_DEVICES", "LXPU_SIM_ONECCL"
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+
+
+def bootstrap_env(profile: Profile, base: dict[str, str], devices: int = 2, oneccl: bool = False) -> dict[str, str]:
+    """`base` plus what makes every Python process started with it (mpiexec/srun/Lightning ranks) simulate
+    `profile`: the bootstrap directory first on PYTHONPATH and the profile variables."""
+    path = os.pathsep.join(filter(None, [str(BOOTSTRAP_DIR), base.get("PYTHONPATH")]))
+    return {**base, "PYTHONPATH": path, PROFILE_VARIABLE: profile.as_env(), DEVICES_VARIABLE: str(devices),
+            ONECCL_VARIABLE: "1" if oneccl else "0"}
+
+
+def bootstrap_from_environment() -> SimulatedXPU | None:
+    """Apply the profile named by `LXPU_SIM_PROFILE` to this process for its lifetime (no-op without it)."""
+    text = os.environ.get(PROFILE_VARIABLE)
+    if not text:
+        return None
+    profile = Profile.from_env(text)
+    return simulate_xpu(PermanentPatcher(), devices=int(os.environ.get(DEVICES_VARIABLE, "2")),
+                        oneccl=os.environ.get(ONECCL_VARIABLE) == "1", torch_version=profile.torch,
+                        pyzes=profile.pyzes, ipex=profile.ipex, pti=profile.pti)
