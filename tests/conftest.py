@@ -105,19 +105,24 @@ def rank_zero_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`xpu_profile`: the torch releases of the profile grid (tests/xpu_profiles.py `PROFILE_GRID`), on the newest
-    Lightning of the CI venvs only; elsewhere tests asking for it are deselected (older Lightning keeps the
-    default simulation, to hold CI time)."""
+    Lightning of the CI venvs only; elsewhere tests asking for it (or for `newest_lightning_only`) are deselected
+    (older Lightning keeps the default simulation, to hold CI time)."""
+    profiles = profiles_for_this_run()
     if "xpu_profile" in metafunc.fixturenames:
-        profiles = profiles_for_this_run() or (None,)
-        metafunc.parametrize("xpu_profile", profiles, ids=[f"torch{p}" if p else "no-grid" for p in profiles])
+        metafunc.parametrize("xpu_profile", profiles or (None,), ids=[f"torch{p}" for p in profiles] or ["off-grid"])
+    if "newest_lightning_only" in metafunc.fixturenames:
+        metafunc.parametrize("newest_lightning_only", [bool(profiles) or None], ids=["newest-lightning"])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    off_grid = [item for item in items
-                if getattr(item, "callspec", None) is not None and item.callspec.params.get("xpu_profile", "") is None]
-    if off_grid:
-        config.hook.pytest_deselected(items=off_grid)
-        items[:] = [item for item in items if item not in off_grid]
+    def off_grid(item: pytest.Item) -> bool:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return any(name in params and params[name] is None for name in ("xpu_profile", "newest_lightning_only"))
+
+    deselected = [item for item in items if off_grid(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not off_grid(item)]
 
 
 @dataclass
