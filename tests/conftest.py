@@ -70,20 +70,10 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
     """
     made: list[SimulatedXPU] = []
 
-    def simulate(
-        devices: int = 2,
-        xccl: bool | None = None,
-        fp64: bool = True,
-        oneccl: bool = False,
-        name: str = SimulatedXPU.name,
-        eu_count: int | None = SimulatedXPU.eu_count,
-        torch: str | None = None,
-        pyzes: bool = False,
-        ipex: bool = False,
-        pti: bool = True,
-    ) -> SimulatedXPU:
-        sim = simulate_xpu(monkeypatch, devices=devices, xccl=xccl, fp64=fp64, oneccl=oneccl, name=name,
-                           eu_count=eu_count, torch_version=torch, pyzes=pyzes, ipex=ipex, pti=pti)
+    def simulate(torch: str | None = None, **options: Any) -> SimulatedXPU:
+        """Options: devices, xccl, fp64, oneccl, name, eu_count; with `torch=`: pyzes, ipex, pti (see
+        `tests.xpu_simulation.simulate_xpu`)."""
+        sim = simulate_xpu(monkeypatch, torch_version=torch, **options)
         made.append(sim)
         return sim
 
