@@ -245,3 +245,14 @@ def test_fsdp_16_mixed_on_each_profile(simulated_xpu, xpu_profile: str) -> None:
     else:
         with pytest.raises(ValueError, match="bf16-mixed"):
             build()
+
+
+def test_profiler_activity_only_on_pti_builds(simulated_xpu) -> None:
+    simulated_xpu(torch="2.8", pti=False)  # row profiler_xpu_activity: an XPU build without Kineto/PTI
+    assert xpu_activity() is None
+
+
+def test_reported_eu_count_wins_over_the_512_fill(simulated_xpu) -> None:
+    simulated_xpu(torch="2.13", eu_count=448)  # an Aurora Max 1550 tile (row eu_count_default)
+    flops = LIGHTNING.fabric_module("utilities.throughput").get_available_flops(XPU0, torch.bfloat16)
+    assert flops == peak_flops(MAX_1550, 448, torch.bfloat16, tf32_matmul=False)
