@@ -23,6 +23,7 @@ from tests.xpu_profiles import profiles_for_this_run
 from tests.xpu_simulation import (
     ONECCL_MODULE,
     SimulatedXPU,
+    check_init_device_mesh,
     check_init_process_group,
     simulate_xpu,
     stand_in_oneccl_module,
@@ -224,6 +225,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
             pg.object_broadcasts.append(SimpleNamespace(objects=list(objects), src=src, group=group))
 
         def init_device_mesh(device_type: str, mesh_shape: tuple[int, ...], **kwargs: Any) -> SimpleNamespace:
+            check_init_device_mesh(pg.init_kwargs.get("device_id"), pg.backend)  # an active torch profile's rule
             mesh = SimpleNamespace(device_type=device_type, mesh_shape=tuple(mesh_shape), kwargs=kwargs)
             pg.meshes.append(mesh)
             return mesh

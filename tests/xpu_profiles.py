@@ -95,6 +95,12 @@ FACTS: tuple[Fact, ...] = (
          ("distributed.init_process_group",)),
     Fact("device_id_rule", ">=2.8", "accelerator", f"{C10D}@v2.13.0 (type must be the compiled accelerator's,"
          " with an index below torch.accelerator.device_count())", ("distributed.init_process_group",)),
+    # ---- R11: DeviceMesh over a process group bound to a device --------------------------------------------------
+    Fact("mesh_splits_bound_group", "<2.13", False, "torch/distributed/device_mesh.py@v2.7.0..v2.11.0 (splitting"
+         " gated on torch.cuda.is_available())", ("distributed.device_mesh.init_device_mesh",)),
+    Fact("mesh_splits_bound_group", ">=2.13", True, "torch/distributed/device_mesh.py@v2.13.0 (a bound group is"
+         " split; ProcessGroupXCCL cannot split: pytorch/pytorch#186548@2026-06, intel/torch-xpu-ops#5385)",
+         ("distributed.device_mesh.init_device_mesh",)),
     # ---- R4: ShardedGradScaler ---------------------------------------------------------------------------------
     Fact("sharded_scaler_xpu", "<2.6", False, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.5.1"
          " (_is_supported_device lacks 'xpu': scale() asserts)", ("distributed.fsdp",

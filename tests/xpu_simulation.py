@@ -127,6 +127,14 @@ def check_init_process_group(kwargs: dict[str, Any]) -> None:
         check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.devices)
 
 
+def check_init_device_mesh(bound_device: Any, backend: str | None) -> None:
+    """R11: from 2.13 DeviceMesh splits a process group bound to a device, which ProcessGroupXCCL cannot do."""
+    sim = active()
+    if sim is not None and sim.profile is not None and bound_device is not None and backend == "xccl":
+        if sim.profile.fact("mesh_splits_bound_group"):
+            raise RuntimeError("ProcessGroupXCCL does not support splitting (simulated: pytorch/pytorch#186548)")
+
+
 # ---- oneCCL bindings stand-ins --------------------------------------------------------------------------------
 
 

@@ -256,3 +256,28 @@ def test_reported_eu_count_wins_over_the_512_fill(simulated_xpu) -> None:
     simulated_xpu(torch="2.13", eu_count=448)  # an Aurora Max 1550 tile (row eu_count_default)
     flops = LIGHTNING.fabric_module("utilities.throughput").get_available_flops(XPU0, torch.bfloat16)
     assert flops == peak_flops(MAX_1550, 448, torch.bfloat16, tf32_matmul=False)
+
+
+def test_fsdp_device_mesh_on_each_profile(simulated_xpu, recorded_process_group, xpu_profile: str) -> None:
+    """Row mesh_splits_bound_group: on 2.13 a mesh over an XCCL group bound to a device fails, so the runtime must
+    not bind FSDP's group (it drops device_id for the mesh-based strategies)."""
+    sim = profile_stack(simulated_xpu, xpu_profile)
+    pg = recorded_process_group(sim.events)
+    strategy = LIGHTNING.pytorch_module("strategies").FSDPStrategy(device_mesh=(1, 2))
+    trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy=strategy, logger=False)
+    trainer.strategy.setup_environment()
+    assert [mesh.device_type for mesh in pg.meshes] == ["xpu"]
+    assert pg.init_kwargs.get("device_id") is None
+
+
+@pytest.mark.parametrize(("version", "fails"), [("2.8", False), ("2.13", True)])
+def test_a_mesh_over_a_bound_xccl_group_fails_from_2_13(simulated_xpu, version: str, fails: bool) -> None:
+    from tests.xpu_simulation import check_init_device_mesh
+
+    simulated_xpu(torch=version)
+    check_init_device_mesh(None, "xccl")  # an unbound group is always fine
+    if fails:
+        with pytest.raises(RuntimeError, match="does not support splitting"):
+            check_init_device_mesh(XPU0, "xccl")
+    else:
+        check_init_device_mesh(XPU0, "xccl")
