@@ -15,6 +15,7 @@ Two modes:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib.abc
@@ -150,10 +151,17 @@ def _small_shared_library() -> Path:
 _BINDINGS_DIRS: dict[bool, Path] = {}
 
 
+def _remove_in(pid: int, root: Path) -> None:
+    """At exit of the process that made `root` (not of a forked child); a loaded library may lose its file."""
+    if os.getpid() == pid:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _bindings_dir(xpu_loaded: bool) -> Path:
     """One directory per process for healthy bindings (XPU library loaded) and one for broken ones (never loaded)."""
     if xpu_loaded not in _BINDINGS_DIRS:
         root = Path(tempfile.mkdtemp(prefix=f"lxpu-stand-in-oneccl-{'ok' if xpu_loaded else 'broken'}-"))
+        atexit.register(_remove_in, os.getpid(), root)
         library = root / ONECCL_MODULE / ONECCL_XPU_LIBRARY
         library.parent.mkdir(parents=True)
         shutil.copyfile(_small_shared_library(), library)
