@@ -13,6 +13,14 @@ def xpu_available() -> bool:
     return bool(xpu is not None and xpu.is_available())
 
 
+def xpu_in_bad_fork() -> bool:
+    """This process was forked after the parent counted or initialised XPUs: any call that starts the XPU runtime
+    raises here ("Cannot re-initialize XPU in forked subprocess"), so nothing may touch XPU."""
+    xpu = getattr(torch, "xpu", None)
+    in_bad_fork = getattr(xpu, "_is_in_bad_fork", None)
+    return bool(in_bad_fork is not None and in_bad_fork())
+
+
 def xpu_device_count() -> int:
     return torch.xpu.device_count() if xpu_available() else 0
 

@@ -259,7 +259,10 @@ def allreduce_worker(rank: int, backend: str, device: str, port: int) -> int:
     import torch.distributed as dist
 
     if backend == "ccl":
-        importlib.import_module("oneccl_bindings_for_pytorch")
+        # IPEX first where installed, then the bindings; stops naming the fix if their XPU part did not load.
+        from lightning_xpu.strategies.backend import import_oneccl_bindings
+
+        import_oneccl_bindings()
     target = torch.device(device, rank) if device != "cpu" else torch.device("cpu")
     if device == "xpu":
         torch.xpu.set_device(rank)

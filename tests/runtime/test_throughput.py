@@ -68,13 +68,6 @@ def test_get_available_flops_on_a_max_1550_tile(simulated_xpu, namespace: Namesp
     assert flops == peak_flops(MAX_1550, 512, torch.bfloat16, tf32_matmul=False)
 
 
-def test_get_available_flops_follows_the_float32_matmul_precision(simulated_xpu, monkeypatch) -> None:
-    simulated_xpu()
-    get_available_flops = LIGHTNING.fabric_module("utilities.throughput").get_available_flops
-    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
-    assert get_available_flops(XPU0, torch.float32) == peak_flops(MAX_1550, 512, torch.float32, tf32_matmul=True)
-
-
 def test_unknown_xpu_warns_and_reports_no_flops(simulated_xpu) -> None:
     simulated_xpu(name="Intel(R) Arc(TM) B580 Graphics", eu_count=160)
     get_available_flops = LIGHTNING.fabric_module("utilities.throughput").get_available_flops
