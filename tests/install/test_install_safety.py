@@ -329,6 +329,20 @@ def test_prune_keeps_what_is_in_use(pre: Prebuilt, prefix: Path, holder: subproc
     assert_consistent(prefix)
 
 
+def test_prune_by_age_and_dry_run(pre: Prebuilt, prefix: Path) -> None:
+    a, b = recorded_previous(prefix, target(prefix)), target(prefix)
+    assert run(pre, prefix, "--force").returncode == 0  # C published, B its rollback build, A unused
+    result = run(pre, prefix, "--prune", "--older-than", "1")
+    assert result.returncode == 0 and f"{a} (younger than 1 days)" in result.last_line, result.output
+    result = run(pre, prefix, "--prune", "--older-than", "0", "--dry-run")
+    last = result.output.strip().splitlines()[-1]  # a dry run writes no log
+    assert result.returncode == 0 and f"it would have: pruned: removed 1 build(s) ({a})" in last, result.output
+    assert a in builds(prefix)
+    result = run(pre, prefix, "--prune", "--older-than", "0")
+    assert result.returncode == 0 and f"pruned: removed 1 build(s) ({a})" in result.last_line, result.output
+    assert a not in builds(prefix) and b in builds(prefix)
+
+
 def test_prune_needs_a_rule(pre: Prebuilt, prefix: Path) -> None:
     result = run(pre, prefix, "--prune")
     assert result.returncode == 2
