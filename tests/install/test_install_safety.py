@@ -213,6 +213,22 @@ def test_disk_full_after_publishing_is_not_a_failure(pre: Prebuilt, prefix: Path
     assert_consistent(prefix)
 
 
+def test_sigterm_after_publishing_says_installed(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    pause = tmp_path / "pause"
+    pause.touch()
+    output = tmp_path / "job.out"
+    proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT="previous", LXPU_TEST_PAUSE_FILE=str(pause))
+    h.wait_for_text(output, "test pause before previous ", proc, timeout=120)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    last = output.read_text().strip().splitlines()[-1]
+    assert "FAILED" not in last and f"installed {prefix}/{h.TAG} -> .envs/{target(prefix)}" in last, last
+    assert "interrupted by SIGTERM" in last and target(prefix) != b
+    assert run(pre, prefix).returncode == 0
+    assert_consistent(prefix)
+
+
 def test_disk_full_before_publishing_keeps_the_old_build(pre: Prebuilt, prefix: Path) -> None:
     b = target(prefix)
     before = builds(prefix)
