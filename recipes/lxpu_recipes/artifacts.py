@@ -1,5 +1,6 @@
-"""Renders the artifact set of one (PyTorch version, site): install job, smoke job, modulefiles, and per
-variant the requirements, conda environment.yml and setup script, plus the site files."""
+"""Renders the artifact set of one (PyTorch version, site): install job (data only: it sources the engine from
+the repository), smoke job, and per variant the modulefile and setup script (the same for every site), the
+requirements and conda environment.yml, plus the site files."""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .envnames import names_set_in
-from .errors import RecipeError
 from .matrix import Version
-from .recipes import Recipes
+from .recipes import ENGINE, Recipes
 from .sites import Site
 from .templating import make_environment, render
-
-HEREDOC_END = "LXPU_EOF"
 
 
 @dataclass(frozen=True)
@@ -34,34 +32,8 @@ def smoke_script(minor: str) -> str:
     return f"smoke_lightning_{minor}.sh"
 
 
-def modulefile_path(tag: str) -> str:
-    return f"modulefiles/lightning-xpu/{tag}.lua"
-
-
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A text per key (variant or tag) for a bash `case`: keys with the same text share one branch."""
-
-    keys: list[str]
-    groups: list[tuple[list[str], str]]
-
-
-def _grouped(texts: dict[str, str]) -> Choice:
-    groups: dict[str, list[str]] = {}
-    for key, text in texts.items():
-        groups.setdefault(text, []).append(key)
-    return Choice(list(texts), [(keys, text) for text, keys in groups.items()])
-
-
-def _text_block(text: str) -> str:
-    """Text for a quoted here-document: ends with a newline (or is empty), never holds the end marker."""
-    if any(line == HEREDOC_END for line in text.splitlines()):
-        raise RecipeError(f"rendered text holds a line '{HEREDOC_END}', which would end its here-document")
-    return text if not text or text.endswith("\n") else text + "\n"
 
 
 class Renderer:
@@ -129,13 +101,28 @@ class Renderer:
         context = {"version": version, "variant": version.variants[variant], "tag": version.tag(variant)}
         text = self._render("modulefile.lua.j2", context)
         self._check_names("modulefile.lua.j2", text)
-        return Artifact(modulefile_path(version.tag(variant)), text, False, True)
+        return Artifact(version.names(variant).modulefile, text, False, True)
+
+    def _job_variant(self, version: Version, variant: str, site: Site) -> dict[str, Any]:
+        """One variant's data in the install job: the engine derives no name itself."""
+        names = version.names(variant)
+        return {
+            "name": variant,
+            "tag": names.tag,
+            "python": version.python,
+            "requirements": version.variants[variant].requirements(),
+            "pip_sources": [
+                word for option in self.pip_options(version, variant, site) for word in option.split()
+            ],
+            "lock": self.lock_file(version, variant),
+            "setup": names.setup_path,
+            "module": names.module,
+        }
 
     def pair(self, version: Version, site: Site, variants: list[str] | None = None) -> list[Artifact]:
         """Every artifact of (version, site); per-variant files only for `variants` (all when None)."""
         chosen = variants if variants is not None else list(version.variants)
         per_variant = {name: self._variant_context(version, name, site) for name in version.variants}
-        requirements = {n: "\n".join(c["requirements"]) for n, c in per_variant.items()}
         ymls = {n: self._render("environment.yml.j2", c) for n, c in per_variant.items()}
         setups = {c["tag"]: self._render("lightning-setup.sh.j2", c) for c in per_variant.values()}
         requirement_files = {n: self._render("requirements.txt.j2", c) for n, c in per_variant.items()}
@@ -149,15 +136,11 @@ class Renderer:
             {
                 **shared,
                 "script": install_script(version.minor),
-                "python_versions": _grouped({n: version.python for n in version.variants}),
-                "requirements": _grouped({n: _text_block(t) for n, t in requirements.items()}),
-                "pip_sources": _grouped(
-                    {n: _text_block("\n".join(self.pip_options(version, n, site))) for n in version.variants}
-                ),
-                "lock_files": _grouped({n: self.lock_file(version, n) for n in version.variants}),
-                "environment_ymls": _grouped({n: _text_block(t) for n, t in ymls.items()}),
-                "site_env": _text_block(site_env),
-                "setup_scripts": _grouped({t: _text_block(s) for t, s in setups.items()}),
+                "engine": ENGINE,
+                "contract": self.recipes.engine_contract(),
+                "conda_channels": self.recipes.matrix.conda_channels,
+                "variants": [self._job_variant(version, n, site) for n in version.variants],
+                "site_env": site_env.splitlines(),
             },
         )
         smoke = self._render("smoke_lightning.sh.j2", {**shared, "script": smoke_script(version.minor)})
@@ -178,6 +161,7 @@ class Renderer:
             tag = version.tag(name)
             artifacts += [
                 self.modulefile(version, name),
+                Artifact(version.names(name).setup_path, setups[tag], False, True),
                 Artifact(f"{envs}/{tag}/requirements.txt", requirement_files[name], False, False),
                 Artifact(f"{envs}/{tag}/environment.yml", ymls[name], False, False),
                 Artifact(f"{envs}/{tag}/lightning-setup-{tag}.sh", setups[tag], False, False),

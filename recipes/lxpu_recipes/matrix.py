@@ -24,8 +24,39 @@ URL = re.compile(r"^(https?|file)://\S+$")
 
 
 def tag_of(minor: str, variant: str) -> str:
-    """The install tag: `<ver>` for the xpu variant, `<ver>-<variant>` otherwise (docs/architecture.md)."""
+    """The install tag: `<ver>` for the xpu variant, `<ver>-<variant>` otherwise (docs/architecture.md). The
+    one place the rule lives: the install jobs get the tag and every name below as data."""
     return minor if variant == "xpu" else f"{minor}-{variant}"
+
+
+@dataclass(frozen=True)
+class TagNames:
+    """Every name derived from a tag: in the repository, in an install prefix and for Lmod."""
+
+    tag: str
+
+    @property
+    def module(self) -> str:
+        return f"lightning-xpu/{self.tag}"
+
+    @property
+    def modulefile(self) -> str:
+        """Relative to the repository, and to an install prefix."""
+        return f"modulefiles/{self.module}.lua"
+
+    @property
+    def setup(self) -> str:
+        """The setup script's file name (in an install prefix)."""
+        return f"lightning-setup-{self.tag}.sh"
+
+    @property
+    def setup_path(self) -> str:
+        """Where the setup script is committed (rendered once per tag, the same for every site)."""
+        return f"scripts/common/setup/{self.setup}"
+
+    @property
+    def conda_env(self) -> str:
+        return f"lightning-xpu-{self.tag}"
 
 
 def minor_key(minor: str) -> PepVersion:
@@ -110,6 +141,9 @@ class Version:
 
     def tag(self, variant: str) -> str:
         return tag_of(self.minor, variant)
+
+    def names(self, variant: str) -> TagNames:
+        return TagNames(self.tag(variant))
 
     def unverified(self) -> list[str]:
         """One line per fact of this entry that has no source."""

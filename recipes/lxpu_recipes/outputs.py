@@ -13,12 +13,15 @@ from .errors import RecipeError
 from .matrix import Version
 from .sites import Site
 
-# The committed renders this renderer owns (scripts/common/ belongs to the install job's author).
+# The committed renders this renderer owns. scripts/common/ is written by hand (the engine, smoke.py), except
+# its setup/ directory.
 COMMITTED_PATTERNS = (
     "scripts/*/install_lightning_*.sh",
     "scripts/*/smoke_lightning_*.sh",
+    "scripts/common/setup/lightning-setup-*.sh",
     "modulefiles/lightning-xpu/*.lua",
 )
+_HAND_WRITTEN = ("scripts/common/install_lightning_", "scripts/common/smoke_lightning_")
 
 
 def render_selection(
@@ -59,8 +62,9 @@ def committed_renders(repo_root: Path) -> set[str]:
     found = set()
     for pattern in COMMITTED_PATTERNS:
         for path in repo_root.glob(pattern):
-            if path.is_file() and not path.relative_to(repo_root).as_posix().startswith("scripts/common/"):
-                found.add(path.relative_to(repo_root).as_posix())
+            relative = path.relative_to(repo_root).as_posix()
+            if path.is_file() and not relative.startswith(_HAND_WRITTEN):
+                found.add(relative)
     return found
 
 

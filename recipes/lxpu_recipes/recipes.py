@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,10 @@ from .envnames import KnownNames, load_known_names
 from .errors import RecipeError
 from .matrix import VARIANT_NAMES, Matrix, Version, load_matrix
 from .sites import Site, load_sites
+
+# The install engine every job sources from the repository, and the line that states its data contract.
+ENGINE = "scripts/common/install/engine.sh"
+_CONTRACT = re.compile(r"^LXPU_ENGINE_CONTRACT=([0-9]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,17 @@ class Recipes:
             return path.resolve().relative_to(self.repo_root.resolve()).as_posix()
         except ValueError:
             return str(path)
+
+    def engine_contract(self) -> str:
+        """The contract version the engine states; rendered into every job, which refuses another engine."""
+        path = self.repo_root / ENGINE
+        try:
+            found = _CONTRACT.findall(path.read_text())
+        except OSError:
+            raise RecipeError(f"{ENGINE}: missing (the install engine every job sources)") from None
+        if len(found) != 1:
+            raise RecipeError(f"{ENGINE}: needs exactly one line LXPU_ENGINE_CONTRACT=<number>")
+        return str(found[0])
 
     def lock_path(self, minor: str, variant: str) -> Path:
         return self.locks_dir / f"{minor}-{variant}.txt"

@@ -1,5 +1,5 @@
 """Jinja2 set-up: StrictUndefined (an undefined variable fails the render, naming template and line), quoting
-filters for shell, Lua and YAML, and verbatim inclusion of the install engine."""
+filters for shell, Lua and YAML."""
 
 from __future__ import annotations
 
@@ -13,22 +13,6 @@ from typing import Any
 import jinja2
 
 from .errors import RecipeError
-
-# Files under this directory are bash written by hand (the install engine): included verbatim, never parsed
-# as Jinja, since bash text such as ${#array[@]} holds Jinja's comment marker.
-VERBATIM_DIR = "install/"
-
-
-class _Loader(jinja2.FileSystemLoader):
-    def get_source(
-        self, environment: jinja2.Environment, template: str
-    ) -> tuple[str, str | None, Callable[[], bool] | None]:
-        source, filename, uptodate = super().get_source(environment, template)
-        if template.startswith(VERBATIM_DIR):
-            if "{% endraw %}" in source:
-                raise RecipeError(f"{filename}: must not contain '{{% endraw %}}' (it is included verbatim)")
-            source = "{% raw %}" + source + "{% endraw %}"
-        return source, filename, uptodate
 
 
 def lua_string(value: object) -> str:
@@ -62,7 +46,7 @@ def shell_path(value: object) -> str:
 
 def make_environment(templates_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=_Loader(str(templates_dir)),
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

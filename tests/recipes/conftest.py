@@ -11,6 +11,7 @@ import pytest
 
 # recipe_helpers puts recipes/ on sys.path, so it is imported before anything from lxpu_recipes.
 from recipe_helpers import (
+    ENGINE_DIR,
     RECIPES,
     REPO,
     Recipes,
@@ -42,9 +43,11 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 @pytest.fixture
 def temp_recipes(tmp_path: Path) -> Iterator[Path]:
-    """A repository root holding a copy of recipes/ only, safe to edit."""
+    """A repository root holding a copy of recipes/ and the install engine (whose contract the jobs carry),
+    safe to edit."""
     root = tmp_path / "repo"
     shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
+    shutil.copytree(REPO / ENGINE_DIR, root / ENGINE_DIR, ignore=_IGNORE)
     yield root
 
 
@@ -53,5 +56,5 @@ def temp_repo(temp_recipes: Path) -> Iterator[Path]:
     """A copy of the repository's recipe inputs and committed renders, safe to edit."""
     for name in ("scripts", "modulefiles"):
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, temp_recipes / name, ignore=_IGNORE)
+            shutil.copytree(REPO / name, temp_recipes / name, ignore=_IGNORE, dirs_exist_ok=True)
     yield temp_recipes

@@ -19,9 +19,11 @@ sys.path.insert(0, str(RECIPES))
 
 from lxpu_recipes.artifacts import Artifact, Renderer  # noqa: E402
 from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
-from lxpu_recipes.recipes import Recipes, load_recipes  # noqa: E402
+from lxpu_recipes.recipes import ENGINE, Recipes, load_recipes  # noqa: E402
 
-__all__ = ["Recipes", "Renderer", "load_recipes", "render_selection", "write_artifacts"]
+ENGINE_DIR = str(Path(ENGINE).parent)
+
+__all__ = ["ENGINE", "Recipes", "Renderer", "load_recipes", "render_selection", "write_artifacts"]
 
 
 def require(available: bool, what: str) -> None:

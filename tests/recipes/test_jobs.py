@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from fake_install import make_install
-from recipe_helpers import Rendered, bash, require, run_render
+from recipe_helpers import ENGINE, Rendered, bash, require, run_render
 
 STUB_ENGINE = (
     "lxpu_main() {\n"
-    '  echo "stub engine: $LXPU_VERSION $LXPU_SITE $(lxpu_python_version cpu) $(lxpu_lock_file cpu)"\n'
+    '  echo "stub engine: $LXPU_VERSION $LXPU_SITE $LXPU_PYTHON_cpu $LXPU_LOCK_cpu from $LXPU_SOURCE"\n'
     '  echo "args: $*"\n'
     '  echo "running from: $0"\n'
     "}\n"
@@ -33,7 +33,11 @@ def _slurm_up() -> bool:
 @pytest.mark.slurm
 def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
     require(_slurm_up(), "a running Slurm cluster (sinfo reports no idle/mixed/allocated node)")
-    (temp_recipes / "recipes/templates/install/engine.sh").write_text(STUB_ENGINE)
+    engine = temp_recipes / ENGINE
+    contract = next(
+        line for line in engine.read_text().splitlines() if line.startswith("LXPU_ENGINE_CONTRACT=")
+    )
+    engine.write_text(contract + "\n" + STUB_ENGINE)
     out = temp_recipes / "out"
     done = run_render("render", "--torch", "2.13", "--site", "generic", "--out", str(out), repo=temp_recipes)
     assert done.returncode == 0, done.stderr
@@ -48,6 +52,7 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
             str(jobs / "install_lightning_2.13.sh"),
             "--dry-run",
         ],
+        cwd=jobs,  # the submit directory: the spool copy finds the repository (and its engine) from there
         capture_output=True,
         text=True,
         check=False,
@@ -56,7 +61,7 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
     log = (jobs / f"lxpu-install-2.13-{job_id}.log").read_text()
-    assert "stub engine: 2.13 generic 3.11 recipes/locks/2.13-cpu.txt\n" in log
+    assert f"stub engine: 2.13 generic 3.11 recipes/locks/2.13-cpu.txt from {temp_recipes.resolve()}\n" in log
     assert "args: --dry-run\n" in log
     assert f"running from: {jobs}" not in log  # Slurm runs its own spool copy: the job must not need $0
 

@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# lightning-xpu install engine: a bash library included verbatim into every rendered install job, after the
-# recipe data (LXPU_* variables and lxpu_* functions, see docs/architecture.md). It defines functions only;
-# lxpu_main does everything. Its own names start with _lxpu_.
+# lightning-xpu install engine: the one bash library behind every rendered install job
+# (scripts/<site>/install_lightning_<ver>.sh). The job sets the recipe's data (LXPU_* variables, see
+# docs/architecture.md), finds the repository (LXPU_SOURCE), sources this file, checks that
+# LXPU_ENGINE_CONTRACT equals the LXPU_CONTRACT it was rendered for, and calls lxpu_main "$@". This file defines
+# functions only, besides the contract version; its own names start with _lxpu_.
 #
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
@@ -9,22 +11,65 @@
 #   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename)
 #   <prefix>/.locks/<tag>.lock, <prefix>/logs/install-<tag>-<time>.log
 
+# The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
+# LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
+# shellcheck disable=SC2034  # read by the job
+LXPU_ENGINE_CONTRACT=2
+
+# ---- the recipe's data, by variant ----------------------------------------------------------------------------
+
+# _lxpu_data NAME VARIANT: the job's LXPU_<NAME>_<VARIANT>, one line per element (nothing when empty).
+_lxpu_data() {
+	local name="LXPU_$1_$2"
+	if [[ ! "$2" =~ ^[a-z]+$ ]] || ! declare -p "$name" >/dev/null 2>&1; then
+		printf 'lightning-xpu engine: the job sets no %s (variant %s; the job has: %s)\n' "$name" "$2" "$LXPU_VARIANTS" >&2
+		return 1
+	fi
+	local all="${name}[@]" value
+	for value in "${!all}"; do
+		[[ -z "$value" ]] || printf '%s\n' "$value"
+	done
+}
+
+lxpu_tag() { _lxpu_data TAG "$1"; }
+lxpu_python_version() { _lxpu_data PYTHON "$1"; }
+lxpu_requirements() { _lxpu_data REQUIREMENTS "$1"; }
+# One word a line (pip options and their values).
+lxpu_pip_sources() { _lxpu_data PIP_SOURCES "$1"; }
+# The recipe's hashed lock, relative to the repository (nothing when the recipe has none).
+lxpu_lock_file() { _lxpu_data LOCK "$1"; }
+# The module name (lightning-xpu/<tag>): modulefiles/<module>.lua in the repository and in the prefix.
+lxpu_module() { _lxpu_data MODULE "$1"; }
+# The setup script, relative to the repository (rendered once per tag); the prefix gets it by its file name.
+lxpu_setup_file() { _lxpu_data SETUP "$1"; }
+# The site's variables, one `export NAME="${NAME:-value}"` line each.
+lxpu_site_env() { [[ ${#LXPU_SITE_ENV[@]} == 0 ]] || printf '%s\n' "${LXPU_SITE_ENV[@]}"; }
+# The conda layer of a variant: Python and pip only; every wheel comes from the pip step.
+_lxpu_conda_yml() {
+	local channel
+	printf 'channels:\n'
+	for channel in $LXPU_CONDA_CHANNELS; do printf '  - %s\n' "$channel"; done
+	printf 'dependencies:\n  - python=%s\n  - pip\n' "$(lxpu_python_version "$1")"
+}
+
 _lxpu_usage() {
-	local default_variant="$LXPU_SITE_VARIANT"
+	local default_variant="$LXPU_SITE_VARIANT" variant tags="" manager="venv"
+	[[ "$LXPU_SITE_ENV_MANAGER" != conda ]] || manager="conda if a conda executable is on PATH, else venv"
+	for variant in $LXPU_VARIANTS; do tags+="${tags:+, }$variant: $(lxpu_tag "$variant")"; done
 	cat <<EOF
 Usage: install_lightning_${LXPU_VERSION}.sh [options]
    or: sbatch|qsub install_lightning_${LXPU_VERSION}.sh [options]
 
 Builds a locked Python environment with PyTorch ${LXPU_VERSION}, Lightning ${LXPU_LIGHTNING_VERSION} and lightning_xpu
 for site '${LXPU_SITE}', runs a smoke job in it, and only if that passes publishes it as <prefix>/<tag> with
-<prefix>/lightning-setup-<tag>.sh and the module lightning-xpu/<tag> (<tag> = ${LXPU_VERSION} for the xpu
-variant, ${LXPU_VERSION}-<variant> otherwise). Re-running with unchanged inputs does nothing.
+<prefix>/lightning-setup-<tag>.sh and the module lightning-xpu/<tag> (tags: ${tags}).
+Re-running with unchanged inputs does nothing.
 
 Options:
   --prefix DIR            install prefix (default: ${LXPU_DEFAULT_PREFIX})
   --variant V             one of: ${LXPU_VARIANTS}, or auto (default: ${default_variant}; auto = xpu
                           when an Intel GPU is present, else cpu)
-  --env-manager M         conda or venv (default: ${LXPU_SITE_ENV_MANAGER} if its executable exists, else venv)
+  --env-manager M         conda or venv (default: ${manager})
   --base-python PATH      build a venv with --system-site-packages over this Python, which must already
                           have torch; packages it already has are used as they are (recorded), not reinstalled
   --source DIR            the lightning-xpu repository (default: found from SLURM_SUBMIT_DIR or
@@ -154,7 +199,9 @@ _lxpu_on_exit() {
 	set +e
 	trap - ERR
 	total="$(_lxpu_seconds_since "$_lxpu_t0")"
-	if [[ "$status" == 0 ]]; then
+	if [[ "$_lxpu_result" == help ]]; then
+		:
+	elif [[ "$status" == 0 ]]; then
 		_lxpu_step_end
 		printf 'lightning-xpu %s: %s (total %s s)\n' "${_lxpu_tag:-$LXPU_VERSION}" "${_lxpu_result:-done}" "$total"
 	elif [[ "$status" != 2 || -n "$_lxpu_step_name" ]]; then
@@ -221,6 +268,7 @@ _lxpu_parse_args() {
 		case "$opt" in
 		-h | --help)
 			_lxpu_usage
+			_lxpu_result="help"
 			exit 0
 			;;
 		--force) _lxpu_force=1 ;;
@@ -285,20 +333,9 @@ _lxpu_have_intel_gpu() {
 
 _lxpu_is_repo() { [[ -f "$1/pyproject.toml" && -d "$1/lightning_xpu" ]]; }
 
-_lxpu_find_repo_above() {
-	local dir="$1"
-	while [[ -n "$dir" && -d "$dir" ]]; do
-		if _lxpu_is_repo "$dir"; then
-			(cd "$dir" && pwd -P)
-			return 0
-		fi
-		[[ "$dir" == / ]] && break
-		dir="$(dirname "$dir")"
-	done
-	return 1
-}
-
-# Under sbatch/qsub the script runs from a spool copy, so $0 says nothing about the repository there.
+# The job's locator found the repository (LXPU_SOURCE: --source DIR, the submit directory under a scheduler,
+# since sbatch/qsub run a spool copy of the job, else the job's directory or the current one). A --source is
+# checked here, so that a wrong one is named even when the locator found a repository above it.
 _lxpu_resolve_source() {
 	if [[ -n "$_lxpu_source" ]]; then
 		[[ -d "$_lxpu_source" ]] || _lxpu_bad_input "--source $_lxpu_source is not a directory"
@@ -307,20 +344,9 @@ _lxpu_resolve_source() {
 		_lxpu_source="$(cd "$_lxpu_source" && pwd -P)"
 		return 0
 	fi
-	local candidates=()
-	if [[ -n "${SLURM_JOB_ID:-}" || -n "${PBS_JOBID:-}" ]]; then
-		candidates=("${SLURM_SUBMIT_DIR:-}" "${PBS_O_WORKDIR:-}" "$PWD")
-	else
-		candidates=("$(dirname "$0")" "$PWD")
-	fi
-	local dir
-	for dir in "${candidates[@]}"; do
-		[[ -n "$dir" ]] || continue
-		if _lxpu_source="$(_lxpu_find_repo_above "$dir")"; then
-			return 0
-		fi
-	done
-	_lxpu_bad_input "cannot find the lightning-xpu repository from ${candidates[*]}: submit from inside the repository or pass --source DIR"
+	_lxpu_source="${LXPU_SOURCE:-}"
+	[[ -z "$_lxpu_source" ]] || ! _lxpu_is_repo "$_lxpu_source" || return 0
+	_lxpu_bad_input "cannot find the lightning-xpu repository (${_lxpu_source:-LXPU_SOURCE is not set}): submit from inside the repository or pass --source DIR"
 }
 
 _lxpu_resolve_pip_sources() {
@@ -353,13 +379,7 @@ _lxpu_resolve_pip_sources() {
 	system) _lxpu_sources_mode="system" ;;
 	recipe)
 		_lxpu_sources_mode="recipe"
-		# One option per line; "--opt value" lines become two words.
-		local words=()
-		while IFS= read -r line; do
-			[[ -n "$line" ]] || continue
-			read -r -a words <<<"$line"
-			_lxpu_pip_options+=("${words[@]}")
-		done < <(lxpu_pip_sources "$_lxpu_variant")
+		mapfile -t _lxpu_pip_options < <(lxpu_pip_sources "$_lxpu_variant")
 		;;
 	*) _lxpu_bad_input "--pip-source must be recipe or system, not '$_lxpu_pip_source'" ;;
 	esac
@@ -391,11 +411,7 @@ _lxpu_validate() {
 		_lxpu_bad_input "--variant must be xpu, cpu, cuda or auto, not '$_lxpu_variant'"
 	_lxpu_word_in "$_lxpu_variant" "${variants[@]}" ||
 		_lxpu_bad_input "PyTorch $LXPU_VERSION has no '$_lxpu_variant' variant: pass --variant one of: $LXPU_VARIANTS"
-	if [[ "$_lxpu_variant" == xpu ]]; then
-		_lxpu_tag="$LXPU_VERSION"
-	else
-		_lxpu_tag="$LXPU_VERSION-$_lxpu_variant"
-	fi
+	_lxpu_tag="$(lxpu_tag "$_lxpu_variant")"
 
 	# Prefix.
 	[[ -n "$_lxpu_prefix" ]] || _lxpu_prefix="$LXPU_DEFAULT_PREFIX"
@@ -460,9 +476,13 @@ print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base
 
 	# Repository and the files the recipe needs from it.
 	_lxpu_resolve_source
-	_lxpu_modulefile="$_lxpu_source/modulefiles/lightning-xpu/$_lxpu_tag.lua"
-	[[ -f "$_lxpu_modulefile" ]] ||
-		_lxpu_bad_input "$_lxpu_modulefile is missing: render it with 'python recipes/render.py render' or pass --source"
+	_lxpu_module="$(lxpu_module "$_lxpu_variant")"
+	_lxpu_modulefile="$_lxpu_source/modulefiles/$_lxpu_module.lua"
+	_lxpu_setup_file="$_lxpu_source/$(lxpu_setup_file "$_lxpu_variant")"
+	for value in "$_lxpu_modulefile" "$_lxpu_setup_file"; do
+		[[ -f "$value" ]] ||
+			_lxpu_bad_input "$value is missing: render it with 'python recipes/render.py render --all' or pass --source"
+	done
 	for value in smoke.py toy_fit.py; do
 		[[ -f "$_lxpu_source/scripts/common/$value" ]] ||
 			_lxpu_bad_input "$_lxpu_source/scripts/common/$value is missing: pass the repository with --source"
@@ -493,13 +513,13 @@ _lxpu_hash_inputs() {
 			cat "$_lxpu_lock_path"
 		fi
 		if [[ "$_lxpu_env_manager" == conda ]]; then
-			printf -- '--- environment.yml\n'
-			lxpu_environment_yml "$_lxpu_variant"
+			printf -- '--- conda layer\n'
+			_lxpu_conda_yml "$_lxpu_variant"
 		fi
 		printf -- '--- site\n%s\n' "$LXPU_SITE_MODULES"
 		lxpu_site_env
 		printf -- '--- setup script\n'
-		lxpu_setup_script "$_lxpu_tag"
+		cat "$_lxpu_setup_file"
 		printf -- '--- engine\n'
 		local functions
 		mapfile -t functions < <(compgen -A function _lxpu_)
@@ -634,8 +654,8 @@ _lxpu_create_env() {
 		# conda builds the conda layer only; the pip layer goes through the same pip step as a venv, so
 		# sources, locks and hashes are handled once.
 		local yml="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.environment.yml"
-		_lxpu_say "+ write $(_lxpu_quote "$yml") (the recipe's environment.yml without its pip section)"
-		[[ "$_lxpu_dry_run" == 1 ]] || lxpu_environment_yml "$_lxpu_variant" | _lxpu_conda_layer >"$yml"
+		_lxpu_say "+ write $(_lxpu_quote "$yml") (channels $LXPU_CONDA_CHANNELS; Python $_lxpu_python_version and pip)"
+		[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_conda_yml "$_lxpu_variant" >"$yml"
 		_lxpu_run conda env create --prefix "$_lxpu_env" --file "$yml"
 		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$yml"
 	elif [[ -n "$_lxpu_base_python" ]]; then
@@ -663,25 +683,6 @@ _lxpu_run_py_to() {
 	printf '+ %s > %s\n' "$(_lxpu_quote "$@")" "$(_lxpu_quote "$out")"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	"$@" >"$out"
-}
-
-# The conda layer of environment.yml: only the keys conda itself reads (name, channels, dependencies,
-# variables; conda-lock's own keys such as platforms and pip-repositories go), and no pip section: conda
-# must not run pip for us.
-_lxpu_conda_layer() {
-	awk '
-		/^[^ #-][^:]*:/ {
-			key = $0; sub(/:.*/, "", key)
-			keep = (key == "name" || key == "channels" || key == "dependencies" || key == "variables")
-			skip = 0
-		}
-		!keep { next }
-		{ match($0, /^[ ]*/); indent = RLENGTH }
-		skip && (indent > pip_indent || /^[[:space:]]*$/) { next }
-		{ skip = 0 }
-		/^[ ]*- "?pip"?:[ ]*$/ { pip_indent = indent; skip = 1; next }
-		{ print }
-	'
 }
 
 # pip, with its last ERROR line as the failure reason (the full output is in the log above it).
@@ -992,10 +993,10 @@ _lxpu_publish() {
 # Setup script and modulefile: identical for every build of a tag (they resolve <prefix>/<tag>), written by
 # temp file + rename and left untouched when unchanged.
 _lxpu_write_entry_points() {
-	local setup="$_lxpu_prefix/lightning-setup-$_lxpu_tag.sh"
-	local modfile="$_lxpu_prefix/modulefiles/lightning-xpu/$_lxpu_tag.lua"
-	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_prefix/modulefiles/lightning-xpu"
-	lxpu_setup_script "$_lxpu_tag" | _lxpu_write_atomic "$setup" 0755
+	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
+	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
+	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$(dirname "$modfile")"
+	_lxpu_write_atomic "$setup" 0755 <"$_lxpu_setup_file"
 	_lxpu_write_atomic "$modfile" 0644 <"$_lxpu_modulefile"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
@@ -1005,10 +1006,9 @@ _lxpu_write_entry_points() {
 }
 
 _lxpu_entry_points_current() {
-	local setup="$_lxpu_prefix/lightning-setup-$_lxpu_tag.sh"
-	local modfile="$_lxpu_prefix/modulefiles/lightning-xpu/$_lxpu_tag.lua"
-	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" &&
-		cmp -s "$setup" <(lxpu_setup_script "$_lxpu_tag")
+	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
+	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
+	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" && cmp -s "$setup" "$_lxpu_setup_file"
 }
 
 # ---- main ---------------------------------------------------------------------------------------------------
@@ -1024,7 +1024,7 @@ lxpu_main() {
 	_lxpu_step_n=0 _lxpu_step_total=10 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
-	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd=""
+	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
 
 	trap _lxpu_on_exit EXIT
 	trap '_lxpu_on_error $? "$BASH_COMMAND"' ERR
