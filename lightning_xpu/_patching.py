@@ -3,7 +3,7 @@
 Every patch goes through `wrap`, which keeps the original, is idempotent, copes with staticmethod/classmethod
 descriptors, and records what it did, or why it could not, as an `Outcome`. Nothing is silent: a target that is
 missing is recorded, and `lightning_xpu.versions` compares the outcomes with the patch manifest when an XPU
-accelerator is first selected (and for `lightning_xpu.report()`).
+accelerator is first selected (and for `python -m lightning_xpu.versions`).
 
 Patches are named below the Lightning package, the same for both namespaces: `pytorch.<module>[.<Class>]` for
 `lightning.pytorch`/`pytorch_lightning`, `fabric.<module>[.<Class>]` for `lightning.fabric`/`lightning_fabric`.

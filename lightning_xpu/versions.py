@@ -324,7 +324,7 @@ def selection_messages() -> list[str]:
             messages.append(
                 f"lightning_xpu: {len(missing_lines)} patch(es) needed on Lightning {version} found no target, so"
                 f" XPU runs may silently fall back (CPU, fp32): {'; '.join(missing_lines)}. Please report this with"
-                " the output of `lightning_xpu.report()`."
+                " the output of `python -m lightning_xpu.versions`."
             )
     return messages
 
