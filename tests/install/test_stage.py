@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_service
+
 pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,6 +230,49 @@ def test_pbs_unpacks_once_per_node_with_mpiexec_and_names_copper_on_aurora(share
     assert log.read_text().splitlines()[0].startswith("-n 1 -ppn 1 ")  # one rank per node: one node here
     assert "Copper" in done.stderr and "warning" not in done.stderr
     assert shared.copies() == []  # the EXIT trap removed the copies (mpiexec -ppn 1 again)
+
+
+def _fake_pbs(tmp_path: Path) -> dict[str, str]:
+    """A PBS job on one node, with a stand-in mpiexec that runs the command here."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "mpiexec").write_text('#!/bin/sh\nshift 4\nexec "$@"\n')
+    (fake / "mpiexec").chmod(0o755)
+    (tmp_path / "nodefile").write_text("n0\n")
+    return {"PBS_JOBID": "9.pbs", "PBS_NODEFILE": str(tmp_path / "nodefile"),
+            "PATH": f"{fake}:/usr/local/bin:/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize("entry", ["setup script", "module"])
+def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, tmp_path: Path) -> None:
+    """The rendered setup script and modulefile (any tag the renderer made) switch to the copy by themselves."""
+    setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*.sh"))[0]
+    tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
+    prefix = shared.root.parent
+    shared.root.rename(prefix / tag)
+    root = prefix / tag
+    for name in ("lightning-xpu-site.sh", "lightning-xpu-site-modules.txt"):
+        (root / name).write_text("")
+    Shared(root, shared.local).set_pack(tag=tag)
+    (prefix / setup.name).write_bytes(setup.read_bytes())
+    (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
+    (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
+        (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    if entry == "module":
+        lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
+        require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
+        load = (f"source {shlex.quote(lmod)}; module use {shlex.quote(str(prefix / 'modulefiles'))}; "
+                f"module load lightning-xpu/{tag}")
+    else:
+        load = f"source {shlex.quote(str(prefix / setup.name))}"
+    env = {"HOME": os.environ.get("HOME", "/root"), "LIGHTNING_XPU_STAGE_DIR": str(shared.local),
+           "LIGHTNING_XPU_STAGE": "1", **_fake_pbs(tmp_path)}
+    done = subprocess.run(["bash", "-c", f"{load}; python; echo unstaged-root $LIGHTNING_XPU_SHARED_ROOT"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.9.pbs" / tag
+    assert _where(done.stdout) == str(copy), done.stdout + done.stderr
+    assert f"unstaged-root {root}" in done.stdout
+    assert shared.copies() == []
 
 
 def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:
