@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import time
@@ -120,6 +121,25 @@ def install_manifest() -> dict[str, Any]:
     return {}
 
 
+# A pinned build is <prefix>/.envs/<tag>.<build-id>, the build id being <YYYYmmddTHHMMSS>-<pid> (install engine).
+_BUILD_ID = re.compile(r"\.\d{8}T\d{6}-\d+$")
+
+
+def environment_tag() -> str | None:
+    """The tag (`2.13`, `2.13-cpu`) of the lightning-xpu environment this process runs in, None outside one: the
+    install manifest's, else the name of `LIGHTNING_XPU_ROOT` (`<prefix>/<tag>`, or the build the module pinned)."""
+    tag = install_manifest().get("tag")
+    if tag:
+        return str(tag)
+    root = os.environ.get("LIGHTNING_XPU_ROOT", "").rstrip("/")
+    return (_BUILD_ID.sub("", Path(root).name) or None) if root else None
+
+
+def variant_of(tag: str) -> str:
+    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (recipes/lxpu_recipes/matrix.py `tag_of`)."""
+    return tag.partition("-")[2] or "xpu"
+
+
 def environment_variant() -> tuple[str | None, str]:
     """(variant, where it came from): `LIGHTNING_XPU_VARIANT`, else the install manifest, else the tag of
     `LIGHTNING_XPU_ROOT` (`<prefix>/2.13-cpu` -> cpu, `<prefix>/2.13` -> xpu), else (None, "not in an install")."""
@@ -129,10 +149,9 @@ def environment_variant() -> tuple[str | None, str]:
     recipe = install_manifest().get("recipe") or {}
     if recipe.get("variant"):
         return str(recipe["variant"]), "the install manifest"
-    root = os.environ.get("LIGHTNING_XPU_ROOT")
-    if root:
-        tag = Path(root).name
-        return (tag.rsplit("-", 1)[1] if "-" in tag else "xpu"), f"LIGHTNING_XPU_ROOT ({tag})"
+    tag = environment_tag()
+    if tag:
+        return variant_of(tag), f"LIGHTNING_XPU_ROOT ({tag})"
     return None, "not in a lightning-xpu install (no module or setup script loaded)"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from lightning_xpu.report import FAIL, PASS, SKIP, Check, Report
 from lightning_xpu.report.markdown import render
-from lightning_xpu.report.model import environment_variant, relevant_environment, versions
+from lightning_xpu.report.model import environment_tag, environment_variant, relevant_environment, versions
 from lightning_xpu.report.schema import SchemaError, check_report, errors, load_schema
 
 
@@ -82,6 +82,16 @@ def test_the_variant_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch,
     assert environment_variant() == ("xpu", "the install manifest")
     monkeypatch.setenv("LIGHTNING_XPU_VARIANT", "cuda")
     assert environment_variant() == ("cuda", "LIGHTNING_XPU_VARIANT")
+
+
+def test_a_pinned_build_keeps_its_tag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The module pins the build it loads (<prefix>/.envs/<tag>.<build-id>): the tag is not the build id's."""
+    monkeypatch.delenv("LIGHTNING_XPU_VARIANT", raising=False)
+    monkeypatch.setenv("LIGHTNING_XPU_ROOT", str(tmp_path / ".envs" / "2.13-cpu.20261126T090402-17451"))
+    assert environment_tag() == "2.13-cpu"
+    assert environment_variant() == ("cpu", "LIGHTNING_XPU_ROOT (2.13-cpu)")
+    monkeypatch.setenv("LIGHTNING_XPU_ROOT", str(tmp_path / ".envs" / "2.13.20261126T090402-17451"))
+    assert environment_tag() == "2.13" and environment_variant()[0] == "xpu"
 
 
 def test_versions_and_environment_never_ask_for_xpu_devices(monkeypatch: pytest.MonkeyPatch) -> None:
