@@ -41,7 +41,8 @@ from lightning_xpu.versions import TESTED_VERSIONS
 
 def _installed(namespaces: list[Namespace]) -> list[Namespace]:
     """CI installs both namespaces; a machine outside CI (the CUDA tests) may have only one."""
-    return [ns for ns in namespaces if importlib.util.find_spec(ns.fabric.split(".")[0]) is not None]
+    tops = [[package.split(".")[0] for package in (ns.pytorch, ns.fabric) if package] for ns in namespaces]
+    return [ns for ns, names in zip(namespaces, tops) if all(importlib.util.find_spec(n) is not None for n in names)]
 
 
 def _lightning_version() -> str:
