@@ -90,6 +90,12 @@ FEATURES: dict[str, Feature] = {
     "fabric_run_command": Feature(
         "fabric_run_command", "2.3", "`fabric run` is the command itself (2.2: the group of `fabric run model`)"
     ),
+    "fsdp_device_mesh": Feature(
+        "fsdp_device_mesh", "2.3", "FSDPStrategy takes device_mesh=, a tuple of which it turns into a CUDA mesh"
+    ),
+    "process_group_device_id": Feature(
+        "process_group_device_id", "2.5.5", "strategies bind the process group to the root device (device_id=)"
+    ),
 }
 
 
@@ -105,6 +111,19 @@ def probe(feature: str, package: str) -> bool:
         module = importlib.import_module(f"{package}.{relative}")
         cls = module._Connector if "fabric" in package else module._AcceleratorConnector
         return isinstance(cls.__dict__["_choose_auto_accelerator"], staticmethod)
+    if feature == "fsdp_device_mesh":
+        import inspect
+
+        fsdp = importlib.import_module(f"{package}.strategies").FSDPStrategy
+        return "device_mesh" in inspect.signature(fsdp.__init__).parameters
+    if feature == "process_group_device_id":
+        import inspect
+
+        from lightning_xpu._patching import original_of
+
+        ddp = importlib.import_module(f"{package}.strategies").DDPStrategy
+        method = "_setup_distributed" if "fabric" in package else "setup_distributed"
+        return "device_id" in inspect.getsource(original_of(ddp, method))
     if feature == "fabric_run_command":
         main = getattr(importlib.import_module(f"{package}.cli"), "_main", None)  # None without click
         run = None if main is None else main.commands.get("run")

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_xpu import versions
 from lightning_xpu._namespaces import LIGHTNING, STANDALONE, STANDALONE_FABRIC, Namespace
 from lightning_xpu._patching import original_of
 from lightning_xpu.accelerator import fabric_accelerator_class, pytorch_accelerator_class
@@ -40,7 +41,8 @@ from lightning_xpu.versions import TESTED_VERSIONS
 
 def _installed(namespaces: list[Namespace]) -> list[Namespace]:
     """CI installs both namespaces; a machine outside CI (the CUDA tests) may have only one."""
-    return [ns for ns in namespaces if importlib.util.find_spec(ns.fabric.split(".")[0]) is not None]
+    tops = [[package.split(".")[0] for package in (ns.pytorch, ns.fabric) if package] for ns in namespaces]
+    return [ns for ns, names in zip(namespaces, tops) if all(importlib.util.find_spec(n) is not None for n in names)]
 
 
 def _lightning_version() -> str:
@@ -146,12 +148,21 @@ def strategies(package: str) -> Any:
 # ---- strategies on simulated XPUs --------------------------------------------------------------------------------
 
 
+def package_of(namespace: Namespace, side: str) -> str:
+    return str(namespace.pytorch) if side == "trainer" else namespace.fabric
+
+
+def require_feature(feature: str, package: str) -> None:
+    """Skip unless this Lightning has `feature` (lightning_xpu/versions.py FEATURES, where the probes live)."""
+    if not versions.probe(feature, package):
+        known = versions.FEATURES[feature]
+        pytest.skip(f"{package} {versions.installed_version(package)} predates {known.since}: no {known.what}")
+
+
 def strategy_class(namespace: Namespace, side: str, name: str) -> type:
-    package = namespace.pytorch_module("strategies") if side == "trainer" else namespace.fabric_module("strategies")
-    cls = getattr(package, name, None)
-    if cls is None:
-        pytest.skip(f"{package.__name__} has no {name} in this Lightning version")
-    return cls
+    if name == "ModelParallelStrategy":
+        require_feature("model_parallel", package_of(namespace, side))
+    return getattr(strategies(package_of(namespace, side)), name)
 
 
 def strategy_module(namespace: Namespace, side: str, relative: str) -> Any:

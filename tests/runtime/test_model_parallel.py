@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
-from lightning_grid import NAMESPACE_SIDES, init_kwargs, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, init_kwargs, package_of, require_feature, xpu_strategy
 
 
 @NAMESPACE_SIDES
@@ -27,9 +26,8 @@ def test_unpatched_model_parallel_binds_the_process_group(simulated_xpu, recorde
                                                           side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     strategy = xpu_strategy(namespace, side, "ModelParallelStrategy")
+    require_feature("process_group_device_id", package_of(namespace, side))
     bound = init_kwargs(strategy, side, "ModelParallelStrategy", pg, unpatched=True)
-    if "device_id" not in bound:
-        pytest.skip("this Lightning binds no device_id (it started in 2.5.5): nothing to undo")
     assert bound["device_id"] == torch.device("xpu", 1)
 
 
