@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_install import FakeInstall, make_install, make_stand_ins
+from fake_install import FakeInstall, add_shared_code, make_install, make_stand_ins
+from lxpu_recipes.matrix import MODULEFILE_BODY
 from lxpu_recipes.recipes import Recipes, load_recipes
 from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
 
@@ -126,6 +127,7 @@ def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_pa
     modulefiles = tmp_path / "pre fix/modulefiles/lightning-xpu"
     modulefiles.mkdir(parents=True)
     modulefiles.joinpath("2.13-cpu.lua").write_text(rendered.text("modulefiles/lightning-xpu/2.13-cpu.lua"))
+    add_shared_code(tmp_path / "pre fix")
     script = (
         f'source "{LMOD_INIT}"; module use "{tmp_path}/pre fix/modulefiles"; '
         "module load lightning-xpu/2.13-cpu"
@@ -164,7 +166,7 @@ def test_a_version_without_its_variant_loads_nothing(rendered: Rendered, tmp_pat
     """Lmod 8.6 matches `lightning-xpu/2.13` to `2.13-cpu` by prefix: the variant guard refuses it."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    install = make_install(rendered, prefix, "2.13-cpu", "generic", False)
     out, err = _lmod(
         f'module use "{prefix}/modulefiles"\n'
         'module load lightning-xpu/2.13; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"; module -t list 2>&1\n'
@@ -176,7 +178,7 @@ def test_a_version_without_its_variant_loads_nothing(rendered: Rendered, tmp_pat
     assert ("lightning-xpu/2.13 is not installed: Lmod matched it to lightning-xpu/2.13-cpu (cpu), which is not"
             " what you asked for. Load it by its exact name, module load lightning-xpu/2.13-cpu, or install 2.13."
             " Installed variants of 2.13: lightning-xpu/2.13-cpu") in err, err
-    assert f"exact={prefix}/2.13-cpu" in out, (out, err)  # the exact name still loads
+    assert f"exact={install.build}" in out, (out, err)  # the exact name still loads
 
 
 def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: Path) -> None:
@@ -190,6 +192,7 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
         path = f"modulefiles/lightning-xpu/{name}"
         (clone / path).write_text(rendered.text(path))
         assert (REPO / path).read_text() == rendered.text(path), f"{path} is not rendered: run render.py render"
+    (clone / MODULEFILE_BODY).write_text((REPO / MODULEFILE_BODY).read_text())
     out, err = _lmod(
         f'module use "{clone}/modulefiles"\n'
         'echo "avail=[$(module -t avail lightning-xpu 2>&1)]"\n'
@@ -203,3 +206,59 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
             f" ('{clone}/modulefiles/lightning-xpu/2.13-cpu.lua'), a template with no environment behind it."
             f" Install it: bash '{clone}/scripts/<site>/install_lightning_2.13.sh' --variant cpu"
             " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'") in err, err
+
+
+def test_the_modulefile_body_is_no_module(rendered: Rendered, tmp_path: Path) -> None:
+    """An install prefix has no .modulerc.lua: Lmod offers the tags, never the body next to them."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    make_install(rendered, prefix, "2.12", "generic", False)
+    assert (prefix / MODULEFILE_BODY).is_file()
+    body_module = "lightning-xpu/" + Path(MODULEFILE_BODY).stem
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        'echo "avail=[$(module -t avail 2>&1 | grep "lightning-xpu/." | sort | tr "\\n" " ")]"\n'
+        f'module load {body_module}; echo "body=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
+        tmp_path,
+    )
+    assert "avail=[lightning-xpu/2.12 lightning-xpu/2.13-cpu ]" in out, (out, err)
+    # Lmod hides a dot file but loads it by its name: the body then says what it is.
+    assert "body=1 root=none" in out, (out, err)
+    assert (f"{prefix}/{MODULEFILE_BODY} is the code behind the lightning-xpu modulefiles, not a module:"
+            " module avail lightning-xpu lists the installed ones") in err, err
+
+
+def test_a_modulefile_of_another_body_contract_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -> None:
+    """One body serves every tag of a prefix: a modulefile rendered for another body contract (an install of
+    another checkout wrote the body since) stops with one line naming the install job to rerun."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    body = prefix / MODULEFILE_BODY
+    contract = re.search(r"^local CONTRACT = (\d+)$", body.read_text(), re.MULTILINE)
+    assert contract is not None
+    newer = int(contract[1]) + 1
+    body.write_text(body.read_text().replace(contract[0], f"local CONTRACT = {newer}"))
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        'module load lightning-xpu/2.13-cpu; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"',
+        tmp_path,
+    )
+    assert "status=1 root=none" in out, (out, err)
+    assert (f"lightning-xpu/2.13-cpu: this modulefile was rendered for modulefile body contract {contract[1]}, but"
+            f" the body next to it ('{prefix}/modulefiles/lightning-xpu/.lightning-xpu.lua') has contract {newer}"
+            " (an install from another checkout wrote it): rerun install_lightning_2.13.sh --variant cpu"
+            f" --prefix '{prefix}' from the checkout that installed the other versions here") in err, err
+    assert err.count("Lmod has detected the following error") == 1, err
+
+
+def test_a_missing_body_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -> None:
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    (prefix / MODULEFILE_BODY).unlink()
+    out, err = _lmod(f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/2.13-cpu; echo "status=$?"', tmp_path)
+    assert "status=1" in out, (out, err)
+    assert (f"lightning-xpu/2.13-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
+            f" rerun install_lightning_2.13.sh --variant cpu --prefix '{prefix}'") in err, err
