@@ -12,7 +12,7 @@ from typing import Any
 
 from .envnames import names_set_in
 from .errors import RecipeError
-from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, Version
+from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
 from .recipes import ENGINE, Recipes
 from .sites import Site
 from .templating import make_environment, render
@@ -191,6 +191,11 @@ class Renderer:
                 "contract": self.recipes.engine_contract(),
                 "conda_channels": self.recipes.matrix.conda_channels,
                 "variants": [self._job_variant(version, n, site) for n in version.variants],
+                "shared_code": {
+                    "modulefile_body": MODULEFILE_BODY,
+                    "setup_library": SETUP_LIBRARY,
+                    "setup_library_name": SETUP_LIBRARY_NAME,
+                },
                 "site_env": site_env.splitlines(),
                 "site_modules": site_modules,
                 "modules_left_out": modules_left_out,

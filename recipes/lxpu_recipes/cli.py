@@ -167,7 +167,7 @@ def _cmd_check(recipes: Recipes) -> int:
         print(f"drift: {line}")
     if faults:
         print(
-            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/), {ENGINE} "
+            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/) or {ENGINE}, "
             f"or {SETUP_LIBRARY}",
             file=sys.stderr,
         )

@@ -201,7 +201,7 @@ def test_shared_group_install_is_group_readable_and_read_only(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     root = (prefix / h.TAG).resolve()
-    published = [prefix / h.TAG, prefix / f"lightning-setup-{h.TAG}.sh", prefix / "modulefiles"]
+    published = [prefix / h.TAG, *h.entry_point_paths(prefix), prefix / "modulefiles"]
     paths = [*published, *root.rglob("*"), *(prefix / "modulefiles").rglob("*")]
     for path in paths:
         st = path.lstat()

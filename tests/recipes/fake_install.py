@@ -7,8 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from lxpu_recipes.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME
-from recipe_helpers import REPO, Rendered
+from recipe_helpers import MODULEFILE_BODY, REPO, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Rendered
 
 # Empty modulefiles standing in for the real site modules (rhel9/default-dawn exists only on Dawn).
 STAND_IN_DIR = "site-module-stand-ins"

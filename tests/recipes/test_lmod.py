@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from fake_install import FakeInstall, add_shared_code, make_install, make_stand_ins
-from lxpu_recipes.matrix import MODULEFILE_BODY
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+from recipe_helpers import LMOD_INIT, MODULEFILE_BODY, REPO, Rendered, bash, require
 
 pytestmark = pytest.mark.lmod
 
@@ -258,7 +257,9 @@ def test_a_missing_body_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -
     prefix = tmp_path / "pre fix"
     make_install(rendered, prefix, "2.13-cpu", "generic", False)
     (prefix / MODULEFILE_BODY).unlink()
-    out, err = _lmod(f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/2.13-cpu; echo "status=$?"', tmp_path)
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/2.13-cpu; echo "status=$?"', tmp_path
+    )
     assert "status=1" in out, (out, err)
     assert (f"lightning-xpu/2.13-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
             f" rerun install_lightning_2.13.sh --variant cpu --prefix '{prefix}'") in err, err

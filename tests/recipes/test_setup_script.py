@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from fake_install import add_shared_code, make_install, make_stand_ins
-from lxpu_recipes.matrix import SETUP_LIBRARY_NAME
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+from recipe_helpers import LMOD_INIT, REPO, SETUP_LIBRARY_NAME, Rendered, bash, require
 
 _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)
