@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.11-cuda: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.11.sh --variant cuda --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.11-cuda",
   minor = "2.11",
-  variant = "cuda",
-  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
   torch = "2.11.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cuda",
   backend = "xccl",
   notes = "torchaudio 2.11.0 is torchaudio's last release (it supports torch>=2.11, pytorch/audio#4212).",
   siblings = { "2.11", "2.11-cpu", "2.11-cuda" },
   install_job = "install_lightning_2.11.sh",
+  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
 })

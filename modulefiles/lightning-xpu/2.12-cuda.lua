@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.12-cuda: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.12.sh --variant cuda --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.12-cuda",
   minor = "2.12",
-  variant = "cuda",
-  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
   torch = "2.12.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cuda",
   backend = "xccl",
   notes = "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it.",
   siblings = { "2.12", "2.12-cpu", "2.12-cuda" },
   install_job = "install_lightning_2.12.sh",
+  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
 })

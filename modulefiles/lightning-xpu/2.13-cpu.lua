@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.13-cpu: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.13.sh --variant cpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.13-cpu",
   minor = "2.13",
-  variant = "cpu",
-  variant_description = "CPU-only wheels (no accelerator)",
   torch = "2.13.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cpu",
   backend = "xccl",
   notes = "oneAPI 2026 runtime (libsycl.so.9): do not mix with site oneAPI 2025 modules. No torchaudio release for this torch (PyTorchKR/pytorch.kr#102).",
   siblings = { "2.13", "2.13-cpu", "2.13-cuda" },
   install_job = "install_lightning_2.13.sh",
+  variant_description = "CPU-only wheels (no accelerator)",
 })

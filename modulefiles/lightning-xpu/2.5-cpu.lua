@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.5-cpu: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.5.sh --variant cpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.5-cpu",
   minor = "2.5",
-  variant = "cpu",
-  variant_description = "CPU-only wheels (no accelerator)",
   torch = "2.5.1",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cpu",
   backend = "ccl",
   notes = "IPEX 2.5.10+xpu needs the IPEX index's own torch 2.5.1+cxx11.abi build, so the xpu variant takes torch from the Intel index.",
   siblings = { "2.5", "2.5-cpu", "2.5-cuda" },
   install_job = "install_lightning_2.5.sh",
+  variant_description = "CPU-only wheels (no accelerator)",
 })

@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.6: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.6.sh --variant xpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.6",
   minor = "2.6",
-  variant = "xpu",
-  variant_description = "Intel GPU (XPU) wheels",
   torch = "2.6.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "xpu",
   backend = "ccl",
   notes = "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).",
   siblings = { "2.6", "2.6-cpu", "2.6-cuda" },
   install_job = "install_lightning_2.6.sh",
+  variant_description = "Intel GPU (XPU) wheels",
 })

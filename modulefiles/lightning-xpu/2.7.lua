@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.7: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.7.sh --variant xpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.7",
   minor = "2.7",
-  variant = "xpu",
-  variant_description = "Intel GPU (XPU) wheels",
   torch = "2.7.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "xpu",
   backend = "ccl",
   notes = "IPEX 2.7.10+xpu is built against torch 2.7.0, so 2.7.0 (not 2.7.1) is pinned.",
   siblings = { "2.7", "2.7-cpu", "2.7-cuda" },
   install_job = "install_lightning_2.7.sh",
+  variant_description = "Intel GPU (XPU) wheels",
 })

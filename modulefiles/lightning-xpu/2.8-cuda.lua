@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.8-cuda: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.8.sh --variant cuda --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.8-cuda",
   minor = "2.8",
-  variant = "cuda",
-  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
   torch = "2.8.0",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cuda",
   backend = "xccl",
   notes = "First release with XCCL in the wheels: no IPEX or oneccl_bind_pt (IPEX 2.8.10+xpu, the last IPEX, exists but is not needed).",
   siblings = { "2.8", "2.8-cpu", "2.8-cuda" },
   install_job = "install_lightning_2.8.sh",
+  variant_description = "NVIDIA CUDA wheels (PyPI's default Linux build of torch)",
 })

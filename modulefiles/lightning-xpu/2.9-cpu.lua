@@ -9,17 +9,17 @@ if not run then
   LmodError("lightning-xpu/2.9-cpu: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.9.sh --variant cpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
-run({
+run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
   contract = 1,
   tag = "2.9-cpu",
   minor = "2.9",
-  variant = "cpu",
-  variant_description = "CPU-only wheels (no accelerator)",
   torch = "2.9.1",
   lightning = "2.6.6",
   python = "3.11",
+  variant = "cpu",
   backend = "xccl",
   notes = "RSE-Cambridge Intro-to-Dawn pins torch>=2.9.1 with pytorch-triton-xpu>=3.5.0 on Dawn.",
   siblings = { "2.9", "2.9-cpu", "2.9-cuda" },
   install_job = "install_lightning_2.9.sh",
+  variant_description = "CPU-only wheels (no accelerator)",
 })

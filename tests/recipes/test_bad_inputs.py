@@ -112,8 +112,8 @@ EDITS = {
     ),
     "undefined template variable": (
         "recipes/templates/modulefile.lua.j2",
-        "\nrun({\n",
-        "\nrun({{ no_such }})\n",
+        "  contract = {{ body_contract }},",
+        "contract = {{ no_such }},",
         "recipes/templates/modulefile.lua.j2:{line}: undefined template variable ('no_such' is undefined)",
     ),
     "misspelt site variable": (
