@@ -944,7 +944,7 @@ if report.exists():
             report_hashes[norm(item["metadata"]["name"])] = sha
 # Without pip's report (uv), a hash-checked lock says which file each pin came from, when it lists one hash.
 lock_hashes = {}
-if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists():
+if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists() and (share / "requirements.txt").is_file():
     import re
     # (continuation lines joined; chr(92) is a backslash, spelled so that this unquoted here-document keeps it)
     text = (share / "requirements.txt").read_text().replace(chr(92) + chr(10), " ")
