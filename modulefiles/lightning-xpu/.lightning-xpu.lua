@@ -26,14 +26,14 @@ if type(data) ~= "table" then -- loaded as a module by its name (Lmod hides dot 
   LmodError(myFileName() .. " is the code behind the lightning-xpu modulefiles, not a module: "
     .. "module avail lightning-xpu lists the installed ones")
 end
-local tag, minor, variant, job = data.tag, data.minor, data.variant, data.install_job
+local tag, minor, variant, install_job = data.tag, data.minor, data.variant, data.install_job
 if data.contract ~= CONTRACT then
   if mode() == "spider" or mode() == "whatis" then return end
   local at = myFileName():match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$") or "<prefix>"
   LmodError("lightning-xpu/" .. tostring(tag) .. ": this modulefile was rendered for modulefile body contract "
     .. tostring(data.contract) .. ", but the body next to it ('" .. myFileName():match("^(.*/)")
     .. ".lightning-xpu.lua') has contract " .. CONTRACT .. " (an install from another checkout wrote it): rerun "
-    .. tostring(job) .. " --variant " .. tostring(variant) .. " --prefix '" .. at .. "' from the checkout that "
+    .. tostring(install_job) .. " --variant " .. tostring(variant) .. " --prefix '" .. at .. "' from the checkout that "
     .. "installed the other versions here")
 end
 
@@ -88,7 +88,7 @@ if mode() == "load" then
   if isFile(pathJoin(prefix, "recipes/templates/modulefile.lua.j2")) then
     LmodError("lightning-xpu/" .. tag .. ": this is the repository's copy of the modulefile (" .. quoted(modfile)
       .. "), a template with no environment behind it. Install it: bash "
-      .. quoted(pathJoin(prefix, "scripts/<site>/" .. job))
+      .. quoted(pathJoin(prefix, "scripts/<site>/" .. install_job))
       .. " --variant " .. variant .. " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'")
   end
 end
@@ -161,11 +161,11 @@ local site_env = pathJoin(root, "lightning-xpu-site.sh")
 if mode() == "load" then
   if not isFile(pathJoin(root, "bin/python")) then
     LmodError("lightning-xpu/" .. tag .. ": no environment at " .. quoted(root)
-      .. ": run " .. job .. " --variant " .. variant .. " --prefix " .. quoted(prefix))
+      .. ": run " .. install_job .. " --variant " .. variant .. " --prefix " .. quoted(prefix))
   end
   if not isFile(site_env) then
     LmodError("lightning-xpu/" .. tag .. ": " .. quoted(site_env) .. " is missing (incomplete install): "
-      .. "rerun " .. job .. " --variant " .. variant .. " --force --prefix " .. quoted(prefix))
+      .. "rerun " .. install_job .. " --variant " .. variant .. " --force --prefix " .. quoted(prefix))
   end
 end
 

@@ -32,7 +32,7 @@ _lxpu_setup_contract() {
 }
 
 _lxpu_setup() {
-  local tag="$2" job="$3" variant="$4" me="lightning-setup-$2.sh"
+  local tag="$2" install_job="$3" variant="$4" me="lightning-setup-$2.sh"
   local here root old modules_file name entries
   local target hops lease_dir host lease job start
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
@@ -67,7 +67,7 @@ _lxpu_setup() {
   fi
   # END build pinning and lease
   if [ ! -x "$root/bin/python" ] || [ ! -f "$root/lightning-xpu-site.sh" ]; then
-    echo "$me: no complete environment at $root: run $job --variant $variant --prefix $here" >&2
+    echo "$me: no complete environment at $root: run $install_job --variant $variant --prefix $here" >&2
     return 1
   fi
 
