@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -165,7 +166,8 @@ def strace(argv: Sequence[str], trace: Path, env: dict[str, str], cwd: Path, tim
 
 def staged_env(exports: str, env: dict[str, str]) -> dict[str, str]:
     """The environment after `eval "$(lightning-xpu-stage --shell)"` printed EXPORTS."""
-    done = subprocess.run(["bash", "-c", 'eval "$1" && env -0', "staged-env", exports], env=env,
+    # Without the EXIT trap the lines set: it would remove the copy as this shell ends.
+    done = subprocess.run(["bash", "-c", 'eval "$1" && trap - EXIT && env -0', "staged-env", exports], env=env,
                           capture_output=True, text=True, check=True)
     return dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
 
@@ -187,13 +189,22 @@ def workloads(root: Path, out: Path, which: str) -> dict[str, list[str]]:
     if which in ("import", "both"):
         chosen["import"] = ["python", "-c", IMPORT_CODE]
     if which in ("toy-fit", "both"):
-        toy_fit = root / "share" / "lightning-xpu" / "toy_fit.py"
+        # Where a user's train.py lies: in the job's directory (Python puts it first on sys.path, so every import
+        # looks there first: the workdir class).
+        toy_fit = out / "train.py"
+        shutil.copyfile(root / "share" / "lightning-xpu" / "toy_fit.py", toy_fit)
         chosen["toy-fit"] = ["python", str(toy_fit), "--out", str(out / "toy"), "--accelerator", "cpu",
                              "--samples", "16", "--batch-size", "8"]
     return chosen
 
 
-def measure(root: Path, which: str, staged: bool, timeout: float) -> dict[str, Any]:
+def timed(argv: Sequence[str], env: dict[str, str], cwd: Path, timeout: float) -> float:
+    started = time.perf_counter()
+    subprocess.run(list(argv), env=env, cwd=cwd, capture_output=True, timeout=timeout, check=True)
+    return time.perf_counter() - started
+
+
+def measure(root: Path, which: str, staged: bool, timeout: float, repeats: int = 0) -> dict[str, Any]:
     """Shared: one rank's counts per workload. Staged: the node's staging (`lightning-xpu-stage --shell`, once per
     node), one rank from the copy, and what the wrapper form (`srun lightning-xpu-stage -- ...`) adds per rank."""
     root = root.absolute()
@@ -227,8 +238,15 @@ def measure(root: Path, which: str, staged: bool, timeout: float) -> dict[str, A
             trace = Path(tmp) / f"{name}.trace"
             strace(argv, trace, rank_env, work, timeout)
             results[name] = count(trace, classifier)
+            if repeats:
+                results[name]["seconds"] = [round(timed(argv, rank_env, work, timeout), 3) for _ in range(repeats)]
         if staged:
             subprocess.run([str(stage_cmd), "--cleanup"], env=env, capture_output=True, check=False)
+            if repeats:
+                # Staging itself, untraced, into a fresh directory (what each node pays once per job).
+                env["LIGHTNING_XPU_STAGE_JOB"] = "metadata-ops-timed"
+                results["stage"]["seconds"] = [round(timed([str(stage_cmd), "--shell"], env, work, timeout), 3)]
+                subprocess.run([str(stage_cmd), "--cleanup"], env=env, capture_output=True, check=False)
     return results
 
 
@@ -250,11 +268,13 @@ def model(results: dict[str, Any], nodes: int, ranks: int) -> dict[str, Any]:
 
 
 def print_report(results: dict[str, Any], modelled: dict[str, Any], nodes: int, ranks: int) -> None:
-    print(f"{'layout/step':28} {'total':>8} " + " ".join(f"{c:>8}" for c in CLASS_ORDER))
+    print(f"{'layout/step':28} {'total':>8} " + " ".join(f"{c:>8}" for c in CLASS_ORDER) + "   untraced wall time")
     for layout, steps in results.items():
         for name, counted in steps.items():
             cells = " ".join(f"{counted['by_class'][c]:8d}" for c in CLASS_ORDER)
-            print(f"{layout + '/' + name:28} {counted['total']:8d} {cells}")
+            seconds = counted.get("seconds")
+            timing = f"   {min(seconds):.2f}-{max(seconds):.2f} s (n={len(seconds)})" if seconds else ""
+            print(f"{layout + '/' + name:28} {counted['total']:8d} {cells}{timing}")
     print(f"\nModel: metadata operations on the shared file system (prefix + base interpreter), "
           f"{nodes} nodes x {ranks} ranks (staged: the node's staging once, then every rank)")
     for key, figures in modelled.items():
@@ -274,12 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000, help="N of the model (default 1000)")
     parser.add_argument("--ranks", type=int, default=12, help="R ranks per node of the model (default 12, Aurora)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per traced run")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="untraced timed runs of each workload (and one of the staging), 0 for none (default 3)")
     parser.add_argument("--json", type=Path, help="write the counts and the model here")
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.ranks < 1:
         parser.error("--nodes and --ranks must be at least 1")
     layouts = ("shared", "staged") if args.layout == "both" else (args.layout,)
-    results = {layout: measure(args.root, args.workload, layout == "staged", args.timeout) for layout in layouts}
+    results = {layout: measure(args.root, args.workload, layout == "staged", args.timeout, args.repeats)
+               for layout in layouts}
     modelled = model(results, args.nodes, args.ranks)
     print_report(results, modelled, args.nodes, args.ranks)
     if args.json:

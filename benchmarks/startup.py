@@ -3,6 +3,10 @@
 lightning_xpu's own share from `python -X importtime`; and a first import without byte-compiled files against one
 with them.
 
+The headline figure is what `import lightning_xpu` adds to `import lightning`: the cumulative `-X importtime` entry
+of lightning_xpu (its patching included) after `import lightning`, best of 5 fresh processes. The budget is 30 ms
+(issue 13); it is reported, never a pass/fail test.
+
 Each figure is the median over fresh processes, variants interleaved. "Without byte-compiled files" points
 `PYTHONPYCACHEPREFIX` at an empty directory with `PYTHONDONTWRITEBYTECODE=1`, so every module is compiled from
 source, as in an environment installed with `pip --no-compile` on a read-only or fresh file system; "with" uses
@@ -20,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 from _common import REPO, machine, print_table, rotations, summary, worker_env, write_json
+
+BUDGET_SECONDS = 0.030
 
 PTH_LINE = 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
 
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=10, help="fresh processes per variant (default 10)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--importtime-runs", type=int, default=5,
+                        help="fresh processes for the -X importtime headline figure, best of (default 5)")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as hook_dir, tempfile.TemporaryDirectory() as empty_cache:
@@ -70,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                 env = cold_env if name == "no byte-compiled files" else worker_env(True)
                 compiled[name].append(timed_run(bodies["lightning+lightning_xpu"], env))
 
+        best = min(own_share(worker_env(True)) for _ in range(max(1, args.importtime_runs)))
+
     stats = {name: summary(values) for name, values in samples.items()}
     base = stats["lightning"]["median"]
     added = {name: stats[name]["median"] - base for name in stats if name != "lightning"}
@@ -77,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "machine": machine(), "python": sys.executable, "repo": str(REPO), "import_seconds": stats,
         "added_seconds_over_lightning": added, "lightning_xpu_importtime_seconds": summary(shares),
+        "lightning_xpu_adds_seconds_best": best, "importtime_runs": args.importtime_runs,
+        "budget_seconds": BUDGET_SECONDS,
         "byte_compilation": compiled_stats,
         "ratio_no_bytecode_over_bytecode": compiled_stats["no byte-compiled files"]["median"]
         / compiled_stats["byte-compiled"]["median"],
@@ -86,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table("added over `import lightning` (medians)", ["variant", "seconds"], [[k, v] for k, v in added.items()])
     share = summary(shares)
     print(f"\nlightning_xpu own import time after lightning (-X importtime): median {share['median']:.4f} s")
+    verdict = "within" if best <= BUDGET_SECONDS else "OVER"
+    print(f"import lightning_xpu adds {best * 1000:.1f} ms to import lightning (-X importtime, best of"
+          f" {args.importtime_runs}): {verdict} the {BUDGET_SECONDS * 1000:.0f} ms budget")
     print_table("first import of lightning + lightning_xpu", ["case", "median", "min", "max", "n"],
                 [[k, s["median"], s["min"], s["max"], s["n"]] for k, s in compiled_stats.items()])
     write_json(args.json, results)

@@ -181,7 +181,7 @@ stage_lint() {
     local rc=0 scripts=()
     printf -- '--- ruff check .\n'
     "$BASE/bin/ruff" check . || rc=1
-    mapfile -t scripts < <(git ls-files -- '*.sh' .ci/run)
+    mapfile -t scripts < <(git ls-files -- '*.sh' .ci/run scripts/common/stage/lightning-xpu-stage)
     printf -- '--- shellcheck on %s files\n' "${#scripts[@]}"
     shellcheck -x "${scripts[@]}" || rc=1
     return "$rc"

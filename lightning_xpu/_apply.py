@@ -1,12 +1,19 @@
 """Applies every patch to a Lightning namespace, once. Each patch module offers `apply_fabric(ns)` and/or
-`apply_pytorch(ns)`; the order below is the order Lightning consults them."""
+`apply_pytorch(ns)`; the order below is the order Lightning consults them.
+
+A patch module that fails (a Lightning module it needs is gone) is recorded, not raised: `import lightning` must
+keep working off XPU whatever a new Lightning release moved. `lightning_xpu.versions` reports it.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 
-from lightning_xpu._autoload import disabled
 from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces_for
+from lightning_xpu._patching import patching_by, record
+
+DISABLE_VARIABLE = "LIGHTNING_XPU_DISABLE"
 
 # Modules holding `apply_fabric(namespace)`; applied to lightning.fabric and lightning_fabric.
 # One module per line (merge-friendly). fabric_cli stays last: importing Fabric's cli module freezes its
@@ -32,10 +39,24 @@ PYTORCH_PATCHES: tuple[str, ...] = (
     "lightning_xpu.throughput",
     "lightning_xpu.rng",
     "lightning_xpu.memory",
-    "lightning_xpu.comm_hooks",
+    "lightning_xpu.strategies.comm_hooks",
 )
 
 _done: set[tuple[str, str]] = set()
+
+
+def disabled() -> bool:
+    """`LIGHTNING_XPU_DISABLE=1` (or true/yes) turns every patch off."""
+    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _run(module_name: str, function: str, namespace: Namespace, package: str) -> None:
+    with patching_by(module_name):
+        try:
+            getattr(importlib.import_module(module_name), function)(namespace)
+        except Exception as error:  # recorded; versions.py warns about it when XPU is selected
+            failure = f"{module_name}.{function} failed: {type(error).__name__}: {error}"
+            record(package, f"<{module_name}>", False, failure)
 
 
 def apply(namespace: Namespace) -> None:
@@ -44,11 +65,11 @@ def apply(namespace: Namespace) -> None:
     if ("fabric", namespace.fabric) not in _done:
         _done.add(("fabric", namespace.fabric))
         for name in FABRIC_PATCHES:
-            importlib.import_module(name).apply_fabric(namespace)
+            _run(name, "apply_fabric", namespace, namespace.fabric)
     if namespace.pytorch is not None and ("pytorch", namespace.pytorch) not in _done:
         _done.add(("pytorch", namespace.pytorch))
         for name in PYTORCH_PATCHES:
-            importlib.import_module(name).apply_pytorch(namespace)
+            _run(name, "apply_pytorch", namespace, namespace.pytorch)
 
 
 def apply_for_top_level(top_level: str) -> None:

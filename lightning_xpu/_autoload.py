@@ -15,14 +15,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from lightning_xpu._apply import DISABLE_VARIABLE, apply_for_top_level, disabled
 from lightning_xpu._namespaces import WATCHED_TOP_LEVEL
 
-DISABLE_VARIABLE = "LIGHTNING_XPU_DISABLE"
-
-
-def disabled() -> bool:
-    """`LIGHTNING_XPU_DISABLE=1` (or true/yes) turns every patch off."""
-    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+__all__ = ["DISABLE_VARIABLE", "disabled", "install"]
 
 
 class _PatchAfterExec(importlib.abc.Loader):
@@ -42,8 +38,6 @@ class _PatchAfterExec(importlib.abc.Loader):
 
         check_launch_variables(os.environ)
         self._loader.exec_module(module)
-        from lightning_xpu._apply import apply_for_top_level
-
         apply_for_top_level(self._fullname)
 
     def __getattr__(self, name: str) -> Any:  # resource readers, get_filename, is_package, ...

@@ -28,11 +28,20 @@ class NamespacedClasses:
     def __init__(self, module: str) -> None:
         self._module = module
         self._makers: dict[str, Callable[[str], tuple[type, ...]]] = {}
+        self._attributes: dict[str, Callable[[str], dict[str, Any]]] = {}
         self._built: dict[tuple[str, str], type] = {}
 
-    def define(self, name: str, bases: Callable[[str], tuple[type, ...]]) -> None:
-        """`bases(package)` returns the bases of `name` for one Lightning package (e.g. our mixin + its class)."""
+    def define(
+        self,
+        name: str,
+        bases: Callable[[str], tuple[type, ...]],
+        attributes: Callable[[str], dict[str, Any]] | None = None,
+    ) -> None:
+        """`bases(package)` returns the bases of `name` for one Lightning package (e.g. our mixin + its class);
+        `attributes(package)`, if given, extra class attributes (a docstring, constants)."""
         self._makers[name] = bases
+        if attributes is not None:
+            self._attributes[name] = attributes
 
     def get(self, name: str, package: str) -> type:
         if package not in PACKAGES:
@@ -40,6 +49,7 @@ class NamespacedClasses:
         key = (name, package)
         if key not in self._built:
             namespace = {"__module__": self._module, "_lightning_package": package}
+            namespace.update(self._attributes.get(name, lambda _: {})(package))
             cls = type(name, self._makers[name](package), namespace)
             copyreg.pickle(cls, _reducer(self._module, name, package))
             self._built[key] = cls
@@ -48,7 +58,10 @@ class NamespacedClasses:
 
 def _reducer(module: str, name: str, package: str) -> Callable[[Any], tuple[Any, ...]]:
     def reduce(instance: Any) -> tuple[Any, ...]:
-        return _rebuild, (module, name, package), instance.__dict__
+        # A class may shape its state with __getstate__/__setstate__ (pickle calls __setstate__ when present).
+        getstate = getattr(type(instance), "__getstate__", None)
+        state = getstate(instance) if getstate is not None else instance.__dict__
+        return _rebuild, (module, name, package), state
 
     return reduce
 

@@ -59,6 +59,18 @@ def imported_namespaces() -> tuple[Namespace, ...]:
     return tuple(found)
 
 
+def optional_module(package: str, relative: str) -> ModuleType | None:
+    """`package.relative`, or None where this Lightning has no such module (e.g. model_parallel before 2.3; the
+    Lightning-version probes are listed in lightning_xpu/versions.py FEATURES)."""
+    name = f"{package}.{relative}"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name == name:
+            return None
+        raise
+
+
 def default_namespace() -> Namespace:
     """The namespace `lightning_xpu.XPUAccelerator` refers to: `lightning` if installed, else the standalone one."""
     return LIGHTNING if importlib.util.find_spec("lightning") is not None else STANDALONE

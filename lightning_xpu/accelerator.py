@@ -8,6 +8,7 @@ mixed into a subclass of each namespace's base class.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +20,13 @@ from lightning_xpu._namespaces import Namespace
 
 class _XPUAcceleratorMethods:
     """The whole accelerator; mixed in front of Lightning's Accelerator base class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # First selection of XPU: say loudly if a patch this Lightning needs found no target (nothing off XPU).
+        from lightning_xpu.versions import check_selected
+
+        check_selected()
 
     def setup_device(self, device: torch.device) -> None:
         if device.type != "xpu":
@@ -41,9 +49,12 @@ class _XPUAcceleratorMethods:
         """Memory statistics with the same keys as CUDA's (`allocated_bytes.all.current`, ...)."""
         return dict(torch.xpu.memory_stats(device))
 
-    @staticmethod
-    def parse_devices(devices: Any) -> list[int] | None:
-        return xpu.parse_device_indices(devices)
+    _lightning_package: str
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int] | None:
+        environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
+        return xpu.parse_device_indices(devices, torchelastic=environments.TorchElasticEnvironment.detect())
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:
@@ -64,6 +75,24 @@ class _XPUAcceleratorMethods:
     @classmethod
     def register_accelerators(cls, accelerator_registry: Any) -> None:
         accelerator_registry.register("xpu", cls, description=cls.__name__)
+
+
+def explain_unavailable_xpu(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps the connectors' `_set_parallel_devices_and_init_accelerator`: when Lightning refuses our accelerator
+    as "not available", its message gains the cause and points to `lightning-xpu doctor`. Only runs for XPU."""
+
+    def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
+        try:
+            original(self)
+        except Exception as error:
+            accelerator = getattr(self, "accelerator", None)
+            if not is_xpu_accelerator(accelerator) or "not available" not in str(error):
+                raise
+            from lightning_xpu.report.diagnose import explain_unavailable
+
+            raise type(error)(explain_unavailable(str(error))) from error
+
+    return _set_parallel_devices_and_init_accelerator
 
 
 def _accelerator_bases(package: str) -> tuple[type, ...]:

@@ -23,7 +23,7 @@ import torch
 from lightning_xpu import device as xpu
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
-from lightning_xpu.accelerator import is_xpu_accelerator
+from lightning_xpu.accelerator import explain_unavailable_xpu, is_xpu_accelerator
 from lightning_xpu.precision import for_xpu, quiet_cuda_scaler_warnings
 
 Method = Callable[..., Any]
@@ -141,6 +141,7 @@ def _patch(cls: type, names: _ConnectorNames) -> None:
     wrap(cls, "_choose_auto_accelerator", _auto_prefers_xpu_to_cpu)
     wrap(cls, "_choose_gpu_accelerator_backend", _gpu_means_xpu_without_cuda_or_mps)
     wrap(cls, "_check_config_and_set_final_flags", _xpu_parallel_devices_imply_xpu)
+    wrap(cls, "_set_parallel_devices_and_init_accelerator", explain_unavailable_xpu)  # diagnosis (report/)
     wrap(cls, "_set_devices_flag_if_auto_passed", _one_device_in_notebooks)
     wrap(cls, "_choose_strategy", _single_device_on_xpu)
     wrap(cls, "_check_strategy_and_fallback", functools.partial(_fsdp_allowed_on_xpu, names))

@@ -13,6 +13,14 @@ def xpu_available() -> bool:
     return bool(xpu is not None and xpu.is_available())
 
 
+def xpu_in_bad_fork() -> bool:
+    """This process was forked after the parent counted or initialised XPUs: any call that starts the XPU runtime
+    raises here ("Cannot re-initialize XPU in forked subprocess"), so nothing may touch XPU."""
+    xpu = getattr(torch, "xpu", None)
+    in_bad_fork = getattr(xpu, "_is_in_bad_fork", None)
+    return bool(in_bad_fork is not None and in_bad_fork())
+
+
 def xpu_device_count() -> int:
     return torch.xpu.device_count() if xpu_available() else 0
 
@@ -38,10 +46,15 @@ def affinity_hint() -> str:
     return ""
 
 
-def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> list[int] | None:
+def parse_device_indices(
+    devices: int | str | list[int] | tuple[int, ...], torchelastic: bool = False
+) -> list[int] | None:
     """Lightning's GPU convention: an int or plain string is a count (-1 = all), "0,2" or a list are indices.
 
-    0, "0" and [] mean no device (None), as for CUDA.
+    0, "0" and [] mean no device (None), as for CUDA. `torchelastic`: launched by torchrun (Lightning's
+    TorchElasticEnvironment.detect()); then, as in Lightning's `_parse_gpu_ids`, several indices are accepted
+    unchecked where the process sees one device (a per-process affinity mask). A copy of Lightning's logic:
+    listed in lightning_xpu/versions.py COPIES.
     """
     if isinstance(devices, bool) or not isinstance(devices, (int, str, list, tuple)):
         raise TypeError(f"devices must be an int, a string or a list of ints, got {devices!r}")
@@ -52,7 +65,7 @@ def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> li
         if "," in text:
             indices = [int(part) for part in text.split(",") if part.strip()]
         else:
-            return parse_device_indices(int(text))
+            return parse_device_indices(int(text), torchelastic)
     elif isinstance(devices, int):
         if devices == 0:
             return None
@@ -66,9 +79,11 @@ def parse_device_indices(devices: int | str | list[int] | tuple[int, ...]) -> li
         if not devices:
             return None
         indices = [int(index) for index in devices]
+    available = xpu_device_count()
+    if torchelastic and len(indices) != 1 and available == 1:
+        return indices  # Lightning's torchelastic bypass: each process shows one device by default
     if len(set(indices)) != len(indices):
         raise ValueError(f"Device IDs (XPU) must be unique, got {indices}")
-    available = xpu_device_count()
     missing = [index for index in indices if not 0 <= index < available]
     if missing:
         raise ValueError(

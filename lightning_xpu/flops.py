@@ -87,8 +87,8 @@ def find_product(device_name: str) -> Product | None:
 def dtype_key(dtype: object, tf32_matmul: bool) -> str:
     """The rate-table key for a torch dtype (or one of Lightning's dtype strings such as "tfloat32").
 
-    `tf32_matmul`: float32 matmuls may use TF32 (torch.get_float32_matmul_precision() != "highest"), the same rule
-    Lightning applies to CUDA.
+    `tf32_matmul`: float32 matmuls run on TF32 (on XPU: oneDNN's switch, see
+    `lightning_xpu.throughput.xpu_matmul_uses_tf32`).
     """
     name = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
     if name == FLOAT32 and tf32_matmul:

@@ -17,10 +17,10 @@ parameters and splits master weights) is refused when the run has more than one 
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import Any
 
+from lightning_xpu._namespaced_classes import NamespacedClasses
 from lightning_xpu._namespaces import Namespace, default_namespace
 
 IPEX_MODULE = "intel_extension_for_pytorch"
@@ -85,10 +85,14 @@ class _IPEXOptimizeMethods:
         optimize(pl_module, optimizer, **kwargs)
 
 
-@functools.cache
+_CLASSES = NamespacedClasses(__name__)
+_CLASSES.define(
+    "IPEXOptimize", lambda package: (_IPEXOptimizeMethods, importlib.import_module(f"{package}.callbacks").Callback)
+)
+
+
 def ipex_callback_class(namespace: Namespace) -> type:
-    base = namespace.pytorch_module("callbacks").Callback
-    return type("IPEXOptimize", (_IPEXOptimizeMethods, base), {"__module__": __name__})
+    return _CLASSES.get("IPEXOptimize", str(namespace.pytorch))
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,8 @@ so `scale_batch_size` on XPU crashes at the first OOM instead of backing off. XP
   https://github.com/pytorch/pytorch/issues/177714).
 Lightning calls `torch.cuda.empty_cache()` before loading a checkpoint (Trainer and Fabric strategies), after
 restoring one (`_CheckpointConnector.resume_end`) and in `garbage_collection_cuda` (batch-size finder); on XPU the
-same points call `torch.xpu.empty_cache()`.
+same points call `torch.xpu.empty_cache()`, never in a process forked after XPU was counted or initialised (a bad
+fork: IPEX 2.5-2.7 replaces `empty_cache` with its own, which is not known to spare the runtime there).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
-from lightning_xpu.device import is_xpu_device, xpu_available
+from lightning_xpu.device import is_xpu_device, xpu_available, xpu_in_bad_fork
 
 XPU_OOM_TEXTS = ("XPU out of memory", "UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
 
@@ -42,7 +43,7 @@ def _recognise_xpu_oom(original: Callable[..., Any]) -> Callable[..., Any]:
 def _empty_xpu_cache_too(original: Callable[..., Any]) -> Callable[..., Any]:
     def garbage_collection_cuda() -> None:
         original()  # gc.collect() and CUDA's cache
-        if xpu_available():
+        if xpu_available() and not xpu_in_bad_fork():
             try:
                 torch.xpu.empty_cache()
             except RuntimeError as exception:

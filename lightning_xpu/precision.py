@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import warnings
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -61,8 +62,31 @@ class _MixedPrecisionOnXPU:
         return super().convert_module(module)  # type: ignore[misc]
 
 
+def sharded_scaler_supports_xpu() -> bool:
+    """Whether torch's `ShardedGradScaler` accepts XPU tensors (PyTorch >= 2.6; on 2.5 `scale()` asserts)."""
+    from torch.distributed.fsdp import sharded_grad_scaler
+
+    is_supported = getattr(sharded_grad_scaler, "_is_supported_device", None)
+    if is_supported is None:
+        return True
+    try:  # it reads only `is_cuda` and `device.type`: no XPU tensor (nor device) is needed to ask
+        return bool(is_supported(SimpleNamespace(is_cuda=False, device=torch.device("xpu"))))
+    except Exception:
+        return True
+
+
+FSDP_16_MIXED_MESSAGE = (
+    "strategy='fsdp' with precision='16-mixed' cannot train on XPU with PyTorch {version}: its ShardedGradScaler"
+    " does not support XPU (added in PyTorch 2.6). Use precision='bf16-mixed' (no scaler needed), or PyTorch >= 2.6."
+)
+
+
 class _FSDPPrecisionOnXPU:
-    """Mixed in front of Lightning's `FSDPPrecision` (Trainer or Fabric): autocast and ShardedGradScaler on xpu."""
+    """Mixed in front of Lightning's `FSDPPrecision` (Trainer or Fabric): autocast and ShardedGradScaler on xpu.
+
+    Where the scaler cannot do XPU, 16-mixed is refused when the plugin is built (Trainer/Fabric construction), not
+    silently switched to bf16 as for a device without fp64: FSDP's precision also fixes the sharded parameters'
+    dtypes, so the user chooses."""
 
     precision: str
     scaler: Any
@@ -70,15 +94,22 @@ class _FSDPPrecisionOnXPU:
     def __init__(self, precision: str) -> None:
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+        if precision == "16-mixed" and not sharded_scaler_supports_xpu():
+            raise ValueError(FSDP_16_MIXED_MESSAGE.format(version=torch.__version__))
+
         with quiet_cuda_scaler_warnings():
             super().__init__(precision)  # type: ignore[call-arg]
         if self.scaler is not None:  # Lightning made a CUDA scaler (its `scaler` argument cannot be used: it raises)
             self.scaler = ShardedGradScaler(device="xpu")
 
     def forward_context(self) -> Any:
-        if "mixed" in self.precision:
-            return torch.autocast("xpu", dtype=torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16)
-        return super().forward_context()  # type: ignore[misc]
+        """Lightning's context; its CUDA autocast (mixed precisions) becomes the same autocast on "xpu"."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*CUDA is not available")  # the CUDA autocast is replaced
+            context = super().forward_context()  # type: ignore[misc]
+        if isinstance(context, torch.autocast) and context.device == "cuda":
+            return torch.autocast("xpu", dtype=context.fast_dtype)
+        return context
 
 
 def _precision_module(package: str) -> Any:

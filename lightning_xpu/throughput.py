@@ -18,6 +18,25 @@ from lightning_xpu.device import is_xpu_device
 from lightning_xpu.flops import FlopsUnknown, peak_flops
 
 
+def xpu_matmul_uses_tf32() -> bool:
+    """Whether XPU float32 matmuls run on TF32 now. Never raises.
+
+    XPU kernels follow oneDNN's own switch, `torch.backends.mkldnn.allow_tf32` (matmuls from PyTorch 2.7,
+    pytorch#144240; still what eager XPU reads in 2026: pytorch#187948, intel/torch-xpu-ops#4919), not
+    `torch.set_float32_matmul_precision`; PyTorch 2.5 has no switch (fp32 only). Where the switch reads None (a
+    build without XPU), the newer per-backend setting `torch.backends.mkldnn.matmul.fp32_precision` (2.9+) is used.
+    `torch.get_float32_matmul_precision()` is not read: on 2.13 it raises once the new API has been used.
+    """
+    mkldnn = getattr(torch.backends, "mkldnn", None)
+    try:
+        allow_tf32 = getattr(mkldnn, "allow_tf32", None)
+        if isinstance(allow_tf32, bool):
+            return allow_tf32
+        return getattr(getattr(mkldnn, "matmul", None), "fp32_precision", None) == "tf32"
+    except Exception:
+        return False
+
+
 def xpu_available_flops(device: torch.device, dtype: Any) -> int:
     """Peak FLOP/s of the XPU `device` for `dtype`; raises `FlopsUnknown` when no sourced figure exists."""
     properties = torch.xpu.get_device_properties(device)
@@ -25,7 +44,7 @@ def xpu_available_flops(device: torch.device, dtype: Any) -> int:
         torch.xpu.get_device_name(device),
         getattr(properties, "gpu_eu_count", None),
         dtype,
-        tf32_matmul=torch.get_float32_matmul_precision() != "highest",
+        tf32_matmul=xpu_matmul_uses_tf32(),
     )
 
 

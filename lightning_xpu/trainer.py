@@ -2,7 +2,7 @@
 
 - `trainer.setup._log_device_info` logs "GPU available" for CUDA/MPS only: Lightning's lines stay; ours follow.
   One line always states the device used and, inside our environments, the environment and its variant, taken
-  from `LIGHTNING_XPU_ROOT` (`<prefix>/<tag>`, set by the module and the setup script), so a job that fell back
+  from the install's manifest or `LIGHTNING_XPU_ROOT` (set by the module and the setup script), so a job that fell back
   to CPU says so in its log. The XPU line follows where XPU is used or may be: never inside an environment of
   another variant (cpu, cuda), whose machine did not ask for XPU: querying XPU there could poison a later fork.
 - `core.saving._default_map_location` (used by `load_from_checkpoint` when no `map_location` is given) moves
@@ -11,25 +11,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from lightning_xpu import device as xpu
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
 from lightning_xpu.accelerator import is_xpu_accelerator
-
-
-def environment_tag() -> str | None:
-    """The tag of the lightning-xpu environment this process runs in (`2.13`, `2.13-cpu`), None outside one."""
-    root = os.environ.get("LIGHTNING_XPU_ROOT", "").rstrip("/")
-    return (Path(root).name or None) if root else None
-
-
-def variant_of(tag: str) -> str:
-    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (recipes/lxpu_recipes/matrix.py `tag_of`)."""
-    return tag.partition("-")[2] or "xpu"
+from lightning_xpu.report.model import environment_tag, variant_of
 
 
 def _banner_reports_xpu(namespace: Namespace) -> Any:

@@ -8,7 +8,6 @@ grid's subprocesses call directly) is the one simulation of NVIDIA GPUs, for tes
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import sys
@@ -20,6 +19,16 @@ from typing import Any
 import pytest
 import torch
 
+from tests.xpu_profiles import profiles_for_this_run
+from tests.xpu_simulation import (
+    ONECCL_MODULE,
+    SimulatedXPU,
+    check_init_device_mesh,
+    check_init_process_group,
+    simulate_xpu,
+    stand_in_oneccl_module,
+)
+
 
 def require_service(name: str, available: bool, why: str) -> None:
     """Skip when a real service is missing locally; fail under CI (`LXPU_REQUIRE_SERVICES=1`)."""
@@ -29,23 +38,6 @@ def require_service(name: str, available: bool, why: str) -> None:
     if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
         pytest.fail(message + " (LXPU_REQUIRE_SERVICES=1: CI must provide it; see ci/)")
     pytest.skip(message)
-
-
-ONECCL_MODULE = "oneccl_bindings_for_pytorch"
-
-
-class StandInXPUStream:
-    """Stand-in for `torch.xpu.Stream`, whose CPU-build class refuses to be instantiated."""
-
-    def __init__(self, device: Any = None, priority: int = 0) -> None:
-        self.device = device
-
-
-def stand_in_oneccl_module() -> ModuleType:
-    """Stand-in for Intel's `oneccl_bindings_for_pytorch` (importing it is all the runtime asks of the real one)."""
-    module = ModuleType(ONECCL_MODULE, "STAND-IN for Intel's oneCCL bindings; tests only, no oneCCL inside.")
-    module.STAND_IN = True  # type: ignore[attr-defined]
-    return module
 
 
 def register_stand_in_ccl_backend() -> None:
@@ -61,31 +53,6 @@ def register_stand_in_ccl_backend() -> None:
     sys.modules.setdefault(ONECCL_MODULE, stand_in_oneccl_module())
 
 
-@dataclass
-class SimulatedXPU:
-    """What the simulation reports and what the code under test asked of it."""
-
-    devices: int = 2
-    xccl: bool = True
-    fp64: bool = True
-    # What get_device_name/get_device_properties report: by default one stack of a Max 1550 (FLAT mode: 512 EUs).
-    name: str = "Simulated Intel(R) Data Center GPU Max 1550"
-    eu_count: int | None = 512
-    oneccl: bool = False
-    initialized: bool = False  # whether the XPU runtime has started in this process (torch.xpu.is_initialized)
-    current: int = 0
-    # One CPU generator per simulated device stands in for its XPU generator (get/set_rng_state_all use them).
-    generators: list[torch.Generator] = field(default_factory=list)
-    set_device_calls: list[Any] = field(default_factory=list)
-    synchronize_calls: int = 0
-    empty_cache_calls: int = 0
-    # Ordered log shared with `recorded_process_group`, for "X happened before Y" assertions.
-    events: list[tuple[str, Any]] = field(default_factory=list)
-
-    def memory_stats(self, device: Any = None) -> dict[str, int]:
-        return {"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2048}
-
-
 @pytest.fixture
 def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SimulatedXPU]]:
     """Call it to make this process look like it has Intel GPUs: `sim = simulated_xpu(devices=4, xccl=False)`.
@@ -95,69 +62,58 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
     `torch.xpu.Stream`/`torch.xpu.stream`, entries logged in `sim.events`); tensors still cannot be moved to "xpu"
     on the CPU build. `oneccl=True` makes `import oneccl_bindings_for_pytorch` give a stand-in module;
     `oneccl=False` makes that import fail.
+
+    `torch="2.7"` (with `pyzes=`, `ipex=`, `pti=`) simulates that release faithfully from the fact table
+    (tests/xpu_profiles.py; see tests/xpu_simulation.py): fork poisoning and the bad-fork state, is_xccl_available,
+    Backend names, device_id rules, ShardedGradScaler devices, the oneCCL/IPEX import order, the TF32 switches,
+    gpu_eu_count and profiler activity. Then the test fails if lightning_xpu touched a `torch.xpu`,
+    `torch.distributed` or `torch.backends` attribute that no row of the table models.
     """
+    made: list[SimulatedXPU] = []
 
-    def simulate(
-        devices: int = 2,
-        xccl: bool = True,
-        fp64: bool = True,
-        oneccl: bool = False,
-        name: str = SimulatedXPU.name,
-        eu_count: int | None = SimulatedXPU.eu_count,
-    ) -> SimulatedXPU:
-        sim = SimulatedXPU(devices=devices, xccl=xccl, fp64=fp64, oneccl=oneccl, name=name, eu_count=eu_count)
-        sim.generators = [torch.Generator().manual_seed(1000 + index) for index in range(devices)]
-
-        def set_device(device: Any) -> None:
-            sim.set_device_calls.append(device)
-            sim.events.append(("set_device", device))
-            sim.initialized = True  # as the real call starts the XPU runtime
-            sim.current = torch.device(device).index if not isinstance(device, int) else device
-
-        def synchronize(device: Any = None) -> None:
-            sim.synchronize_calls += 1
-
-        def empty_cache() -> None:
-            sim.empty_cache_calls += 1
-
-        def properties(device: Any = None) -> SimpleNamespace:
-            extra = {} if sim.eu_count is None else {"gpu_eu_count": sim.eu_count}
-            return SimpleNamespace(name=sim.name, has_fp64=sim.fp64, total_memory=64 * 2**30,
-                                   driver_version="simulated", **extra)
-
-        def set_rng_state_all(states: list[torch.Tensor]) -> None:
-            for generator, state in zip(sim.generators, states):
-                generator.set_state(state)
-
-        monkeypatch.setattr(torch.xpu, "is_available", lambda: sim.devices > 0)
-        monkeypatch.setattr(torch.xpu, "is_initialized", lambda: sim.initialized)
-        monkeypatch.setattr(torch.xpu, "device_count", lambda: sim.devices)
-        monkeypatch.setattr(torch.xpu, "current_device", lambda: sim.current)
-        monkeypatch.setattr(torch.xpu, "set_device", set_device)
-        monkeypatch.setattr(torch.xpu, "synchronize", synchronize)
-        monkeypatch.setattr(torch.xpu, "empty_cache", empty_cache)
-        monkeypatch.setattr(torch.xpu, "get_device_properties", properties)
-        monkeypatch.setattr(torch.xpu, "get_device_name", lambda device=None: properties(device).name)
-        monkeypatch.setattr(torch.xpu, "memory_stats", sim.memory_stats)
-        monkeypatch.setattr(torch.distributed, "is_xccl_available", lambda: sim.xccl, raising=False)
-        monkeypatch.setattr(torch.xpu, "get_rng_state_all", lambda: [g.get_state() for g in sim.generators])
-        monkeypatch.setattr(torch.xpu, "set_rng_state_all", set_rng_state_all)
-        # An XPU build with the Kineto/PTI tracer can profile XPU activity.
-        supported = [*torch.profiler.supported_activities(), torch.profiler.ProfilerActivity.XPU]
-        monkeypatch.setattr(torch.profiler, "supported_activities", lambda: set(supported))
-
-        @contextlib.contextmanager
-        def stream(xpu_stream: Any) -> Iterator[None]:
-            sim.events.append(("enter_stream", xpu_stream))
-            yield
-            sim.events.append(("exit_stream", xpu_stream))
-
-        monkeypatch.setattr(torch.xpu, "Stream", StandInXPUStream)
-        monkeypatch.setattr(torch.xpu, "stream", stream)
-        monkeypatch.setitem(sys.modules, ONECCL_MODULE, stand_in_oneccl_module() if oneccl else None)
+    def simulate(torch: str | None = None, **options: Any) -> SimulatedXPU:
+        """Options: devices, xccl, fp64, oneccl, name, eu_count; with `torch=`: pyzes, ipex, pti (see
+        `tests.xpu_simulation.simulate_xpu`)."""
+        sim = simulate_xpu(monkeypatch, torch_version=torch, **options)
+        made.append(sim)
         return sim
 
     yield simulate
+    unmodelled = sorted({path for sim in made for path in sim.unmodelled})
+    if unmodelled:
+        pytest.fail("lightning_xpu touched " + ", ".join(f"torch.{path}" for path in unmodelled) + ", which no row"
+                    " of tests/xpu_profiles.py models: add a row (versions, value, source file@tag) and model it in"
+                    " tests/xpu_simulation.py", pytrace=False)
+
+
+@pytest.fixture
+def rank_zero_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give Lightning's rank-zero helpers a rank for the test (a Trainer built where Slurm is installed warns)."""
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0), raising=False)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`xpu_profile`: the torch releases of the profile grid (tests/xpu_profiles.py `PROFILE_GRID`), on the newest
+    Lightning of the CI venvs only; elsewhere tests asking for it (or for `newest_lightning_only`) are deselected
+    (older Lightning keeps the default simulation, to hold CI time)."""
+    profiles = profiles_for_this_run()
+    if "xpu_profile" in metafunc.fixturenames:
+        metafunc.parametrize("xpu_profile", profiles or (None,), ids=[f"torch{p}" for p in profiles] or ["off-grid"])
+    if "newest_lightning_only" in metafunc.fixturenames:
+        metafunc.parametrize("newest_lightning_only", [bool(profiles) or None], ids=["newest-lightning"])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def off_grid(item: pytest.Item) -> bool:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return any(name in params and params[name] is None for name in ("xpu_profile", "newest_lightning_only"))
+
+    deselected = [item for item in items if off_grid(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not off_grid(item)]
 
 
 @dataclass
@@ -251,6 +207,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
         pg = RecordedProcessGroup(events=[] if events is None else events)
 
         def init_process_group(backend: str | None = None, **kwargs: Any) -> None:
+            check_init_process_group(kwargs)  # the device_id rules of an active torch profile
             pg.backend = backend
             pg.init_kwargs = kwargs
             pg.events.append(("init_process_group", backend))
@@ -268,6 +225,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
             pg.object_broadcasts.append(SimpleNamespace(objects=list(objects), src=src, group=group))
 
         def init_device_mesh(device_type: str, mesh_shape: tuple[int, ...], **kwargs: Any) -> SimpleNamespace:
+            check_init_device_mesh(pg.init_kwargs.get("device_id"), pg.backend)  # an active torch profile's rule
             mesh = SimpleNamespace(device_type=device_type, mesh_shape=tuple(mesh_shape), kwargs=kwargs)
             pg.meshes.append(mesh)
             return mesh

@@ -34,6 +34,7 @@ def site_setup(directory: Path, site: str, extra_path: list[str] | None = None) 
     path = [str(Path(sys.executable).parent), *(extra_path or [])]
     lines = [f"export PATH={':'.join(path)}:\"$PATH\"", f"export PYTHONPATH={str(REPO)!r}"]
     lines += [f"export {name}={setting['value']!r}" for name, setting in env.items()]
+    directory.mkdir(parents=True, exist_ok=True)
     script = directory / f"lightning-setup-test-{site}-cpu.sh"
     script.write_text("\n".join(lines) + "\n")
     return script

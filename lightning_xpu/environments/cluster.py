@@ -8,13 +8,13 @@ built once per Fabric namespace because `lightning.fabric` and `lightning_fabric
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from lightning_xpu._namespaced_classes import NamespacedClasses
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu.environments import rendezvous
 from lightning_xpu.environments.launch import (
@@ -44,6 +44,15 @@ class _LaunchedEnvironmentMethods:
     def __init__(self, environ: Mapping[str, str] = os.environ) -> None:
         # os.environ itself (not a copy), read at every call as Lightning's own environments do.
         self.environ = environ
+
+    def __getstate__(self) -> dict[str, Any]:
+        # os.environ cannot be pickled; a spawned process reads its own.
+        return {**self.__dict__, "environ": None if self.environ is os.environ else dict(self.environ)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.environ is None:
+            self.environ = os.environ
 
     def ranks(self) -> Ranks:
         return launch_ranks(self.launcher, self.environ)
@@ -90,27 +99,31 @@ class _LaunchedEnvironmentMethods:
             raise LaunchMismatch(problem, ranks.local_rank)
 
 
-@functools.cache
-def _environment_classes(fabric: str) -> dict[str, type]:
-    environments: Any = importlib.import_module(f"{fabric}.plugins.environments")
-    return {
-        launcher: type(
-            name,
-            (_LaunchedEnvironmentMethods, environments.ClusterEnvironment),
-            {
-                "__module__": __name__,
-                "__doc__": f"Processes started by {LAUNCHER_WORDS[launcher]} (no mpi4py needed).",
-                "launcher": launcher,
-                "_first_slurm_host": staticmethod(environments.SLURMEnvironment.resolve_root_node_address),
-            },
-        )
-        for launcher, name in _CLASS_NAMES.items()
-    }
+def _environment_bases(fabric: str) -> tuple[type, ...]:
+    return (_LaunchedEnvironmentMethods, importlib.import_module(f"{fabric}.plugins.environments").ClusterEnvironment)
+
+
+def _environment_attributes(launcher: str) -> Callable[[str], dict[str, Any]]:
+    def attributes(fabric: str) -> dict[str, Any]:
+        environments: Any = importlib.import_module(f"{fabric}.plugins.environments")
+        return {
+            "__doc__": f"Processes started by {LAUNCHER_WORDS[launcher]} (no mpi4py needed).",
+            "launcher": launcher,
+            "_first_slurm_host": staticmethod(environments.SLURMEnvironment.resolve_root_node_address),
+        }
+
+    return attributes
+
+
+# Built per Fabric package, picklable (the ddp_spawn launcher pickles the Trainer with its cluster environment).
+_CLASSES = NamespacedClasses(__name__)
+for _launcher, _name in _CLASS_NAMES.items():
+    _CLASSES.define(_name, _environment_bases, _environment_attributes(_launcher))
 
 
 def environment_class(namespace: Namespace, launcher: str) -> type:
     """Our ClusterEnvironment for `launcher` (hydra, pals, openmpi) in the namespace's Fabric package."""
-    return _environment_classes(namespace.fabric)[launcher]
+    return _CLASSES.get(_CLASS_NAMES[launcher], namespace.fabric)
 
 
 def environment_class_by_name(namespace: Namespace, name: str) -> type:

@@ -45,9 +45,12 @@ SRUN = "srun"  # Slurm's own launcher: Lightning's SLURMEnvironment handles it
 MPI_LAUNCHERS = (PALS, OPENMPI, HYDRA)
 # What the user ran, and how to start N ranks per node with it.
 LAUNCHER_WORDS = {HYDRA: "MPICH/Intel MPI mpiexec", PALS: "PALS mpiexec", OPENMPI: "Open MPI mpirun", SRUN: "srun"}
-_PER_NODE_OPTION = {HYDRA: "-ppn {n}", PALS: "--ppn {n}", OPENMPI: "--npernode {n}", SRUN: "--ntasks-per-node={n}"}
+_PER_NODE_OPTION = {
+    HYDRA: "-ppn {n}", PALS: "-ppn {n}", OPENMPI: "--map-by ppr:{n}:node", SRUN: "--ntasks-per-node={n}"
+}
 
 __all__ = ["LaunchError", "LaunchMismatch"]  # re-exported: callers import them from here
+
 
 @dataclass(frozen=True)
 class Ranks:

@@ -16,11 +16,10 @@ import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
-from lightning_xpu._namespaces import Namespace
-from lightning_xpu._patching import wrap
+from lightning_xpu._namespaces import Namespace, optional_module
+from lightning_xpu._patching import record, wrap
 from lightning_xpu.strategies.backend import choose_backend
 from lightning_xpu.strategies.collectives import barrier_with_device, broadcast_objects_safely
 from lightning_xpu.strategies.ddp_module import on_xpu_stream
@@ -82,24 +81,16 @@ def _compose(wrappers: list[Wrapper]) -> Wrapper:
     return lambda original: functools.reduce(lambda function, wrapper: wrapper(function), wrappers, original)
 
 
-def _optional_module(package: str, relative: str) -> ModuleType | None:
-    """The strategy module, or None where this Lightning has none (ModelParallel arrived in 2.3)."""
-    name = f"{package}.{relative}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name == name:
-            return None
-        raise
-
-
 def _apply(package: str, patches: tuple[StrategyPatch, ...]) -> None:
     launcher = getattr(importlib.import_module(f"{package}.{LAUNCHER_MODULE}"), LAUNCHER_CLASS)
     wrap(launcher, "launch", refuse_fork_after_xpu_init)
     for patch in patches:
-        module = _optional_module(package, patch.module)
+        module = optional_module(package, patch.module)  # model_parallel: 2.3+
         cls = getattr(module, patch.cls, None)
         if module is None or cls is None:
+            for name in ("_init_dist_connection", *patch.method_wrappers()):
+                owner = f"{package}.{patch.module}" + ("" if name == "_init_dist_connection" else f".{patch.cls}")
+                record(owner, name, False, f"{package}.{patch.module}.{patch.cls} does not exist in this Lightning")
             continue
         wrap(module, "_init_dist_connection", device_id_rule(patch.keeps_device_id))
         for name, wrappers in patch.method_wrappers().items():

@@ -6,6 +6,8 @@ Around the strategy method that calls `_init_dist_connection` (on XPU only):
   the strategy holds. With the ccl backend, oneCCL is also told the rank's place on its node
   (`CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE`, read when `CCL_PROCESS_LAUNCHER=none`, which is set unless the user chose a
   launcher): it cannot find them under Lightning's own launcher or srun. XCCL sets these itself.
+  On ccl the bindings are imported (IPEX first) and their XPU part checked to be loaded (see backend.py), also for
+  an explicit `process_group_backend="ccl"`.
 - after: the gloo group for objects on ccl (see collectives.py).
 
 `device_id`: Lightning >= 2.5.5 binds the process group to the root device. Kept for DDP on XCCL, so barriers and
@@ -24,7 +26,7 @@ from typing import Any
 import torch
 
 from lightning_xpu.device import is_xpu_device
-from lightning_xpu.strategies.backend import CCL, XCCL
+from lightning_xpu.strategies.backend import CCL, XCCL, import_oneccl_bindings
 from lightning_xpu.strategies.collectives import open_object_group
 
 
@@ -43,6 +45,7 @@ def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any
         backend = self._get_process_group_backend()  # raises the clear error before anything else happens
         torch.xpu.set_device(self.root_device)
         if backend == CCL:
+            import_oneccl_bindings()  # also for an explicit "ccl": IPEX first, and its XPU part really loaded
             set_oneccl_local_rank(self.local_rank, self.num_processes)
         result = original(self, *args, **kwargs)
         open_object_group(self)

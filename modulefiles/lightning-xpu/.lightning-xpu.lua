@@ -52,15 +52,15 @@ whatis("Category: machine learning")
 family("lightning_xpu")
 extensions("torch/" .. data.torch .. ", lightning/" .. data.lightning)
 
+-- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
+local function quoted(path)
+  return "'" .. path:gsub("'", "'\\''") .. "'"
+end
 local modfile = myFileName()
 local prefix = modfile:match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$")
 if not prefix then
   LmodError("lightning-xpu/" .. tag .. ": this modulefile must sit in <prefix>/modulefiles/lightning-xpu/ "
-    .. "(as the install job puts it), not at " .. modfile)
-end
--- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
-local function quoted(path)
-  return "'" .. path:gsub("'", "'\\''") .. "'"
+    .. "(as the install job puts it), not at " .. quoted(modfile))
 end
 
 -- Variant guard and repository copy (issue 14), one block. `module load lightning-xpu/<ver>` loads exactly

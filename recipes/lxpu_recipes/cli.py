@@ -87,6 +87,7 @@ def _cmd_list(recipes: Recipes, as_json: bool) -> int:
                 "lightning": v.lightning,
                 "python": v.python,
                 "backend": v.backend,
+                "oneapi": v.oneapi_generation or None,
                 "released": v.released,
                 "variants": {
                     name: {
@@ -114,10 +115,11 @@ def _cmd_list(recipes: Recipes, as_json: bool) -> int:
     if as_json:
         print(json.dumps(data, indent=2))
         return 0
-    print(f"{'torch':<7} {'pins':<9} {'python':<7} {'backend':<8} {'lightning':<10} variants")
+    print(f"{'torch':<7} {'pins':<9} {'python':<7} {'backend':<8} {'oneapi':<7} {'lightning':<10} variants")
     for minor, v in recipes.matrix.versions.items():
         print(
-            f"{minor:<7} {v.torch:<9} {v.python:<7} {v.backend:<8} {v.lightning:<10} {' '.join(v.variants)}"
+            f"{minor:<7} {v.torch:<9} {v.python:<7} {v.backend:<8} {v.oneapi_generation or '?':<7} "
+            f"{v.lightning:<10} {' '.join(v.variants)}"
         )
         for line in v.unverified():
             print(f"        unverified: {line}")

@@ -11,6 +11,7 @@ from packaging.version import InvalidVersion
 from packaging.version import Version as PepVersion
 
 from .errors import RecipeError
+from .lightning_range import check_lightning_pin
 from .tomldata import Table, load_toml
 
 VARIANT_NAMES = ("xpu", "cpu", "cuda")
@@ -303,6 +304,8 @@ def _read_variant(
     for pin in pins:
         if pin.verified:
             _check_version_text(version_pins, pin.name, pin.requirement(label).split("==", 1)[1])
+        if pin.name in ("lightning", "pytorch-lightning", "lightning-fabric") and pin.verified:
+            check_lightning_pin(version_pins, pin.name, pin.version)
     return Variant(
         name=name,
         description=defaults.text("description"),

@@ -52,20 +52,20 @@ while [ "$#" -gt 0 ]; do
 done
 
 case "$variant" in
-  xpu) tag=2.8 ;;
-  cpu) tag=2.8-cpu ;;
-  cuda) tag=2.8-cuda ;;
+  xpu) tag=2.8 setup_name=lightning-setup-2.8.sh ;;
+  cpu) tag=2.8-cpu setup_name=lightning-setup-2.8-cpu.sh ;;
+  cuda) tag=2.8-cuda setup_name=lightning-setup-2.8-cuda.sh ;;
   auto)
     if [ -f "$prefix/lightning-setup-2.8.sh" ]; then
-      variant=xpu tag=2.8
+      variant=xpu tag=2.8 setup_name=lightning-setup-2.8.sh
     else
-      variant=cpu tag=2.8-cpu
+      variant=cpu tag=2.8-cpu setup_name=lightning-setup-2.8-cpu.sh
     fi
     ;;
   *) die "unknown variant '$variant' (this version has: xpu, cpu, cuda, auto)" ;;
 esac
 
-setup="$prefix/lightning-setup-$tag.sh"
+setup="$prefix/$setup_name"
 [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): run install_lightning_2.8.sh --variant $variant first, or give --prefix"
 # shellcheck source=/dev/null
 source "$setup"

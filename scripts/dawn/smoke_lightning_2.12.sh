@@ -51,20 +51,20 @@ while [ "$#" -gt 0 ]; do
 done
 
 case "$variant" in
-  xpu) tag=2.12 ;;
-  cpu) tag=2.12-cpu ;;
-  cuda) tag=2.12-cuda ;;
+  xpu) tag=2.12 setup_name=lightning-setup-2.12.sh ;;
+  cpu) tag=2.12-cpu setup_name=lightning-setup-2.12-cpu.sh ;;
+  cuda) tag=2.12-cuda setup_name=lightning-setup-2.12-cuda.sh ;;
   auto)
     if [ -f "$prefix/lightning-setup-2.12.sh" ]; then
-      variant=xpu tag=2.12
+      variant=xpu tag=2.12 setup_name=lightning-setup-2.12.sh
     else
-      variant=cpu tag=2.12-cpu
+      variant=cpu tag=2.12-cpu setup_name=lightning-setup-2.12-cpu.sh
     fi
     ;;
   *) die "unknown variant '$variant' (this version has: xpu, cpu, cuda, auto)" ;;
 esac
 
-setup="$prefix/lightning-setup-$tag.sh"
+setup="$prefix/$setup_name"
 [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): run install_lightning_2.12.sh --variant $variant first, or give --prefix"
 # shellcheck source=/dev/null
 source "$setup"

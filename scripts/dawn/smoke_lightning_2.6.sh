@@ -51,20 +51,20 @@ while [ "$#" -gt 0 ]; do
 done
 
 case "$variant" in
-  xpu) tag=2.6 ;;
-  cpu) tag=2.6-cpu ;;
-  cuda) tag=2.6-cuda ;;
+  xpu) tag=2.6 setup_name=lightning-setup-2.6.sh ;;
+  cpu) tag=2.6-cpu setup_name=lightning-setup-2.6-cpu.sh ;;
+  cuda) tag=2.6-cuda setup_name=lightning-setup-2.6-cuda.sh ;;
   auto)
     if [ -f "$prefix/lightning-setup-2.6.sh" ]; then
-      variant=xpu tag=2.6
+      variant=xpu tag=2.6 setup_name=lightning-setup-2.6.sh
     else
-      variant=cpu tag=2.6-cpu
+      variant=cpu tag=2.6-cpu setup_name=lightning-setup-2.6-cpu.sh
     fi
     ;;
   *) die "unknown variant '$variant' (this version has: xpu, cpu, cuda, auto)" ;;
 esac
 
-setup="$prefix/lightning-setup-$tag.sh"
+setup="$prefix/$setup_name"
 [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): run install_lightning_2.6.sh --variant $variant first, or give --prefix"
 # shellcheck source=/dev/null
 source "$setup"

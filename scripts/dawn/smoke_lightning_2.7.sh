@@ -51,20 +51,20 @@ while [ "$#" -gt 0 ]; do
 done
 
 case "$variant" in
-  xpu) tag=2.7 ;;
-  cpu) tag=2.7-cpu ;;
-  cuda) tag=2.7-cuda ;;
+  xpu) tag=2.7 setup_name=lightning-setup-2.7.sh ;;
+  cpu) tag=2.7-cpu setup_name=lightning-setup-2.7-cpu.sh ;;
+  cuda) tag=2.7-cuda setup_name=lightning-setup-2.7-cuda.sh ;;
   auto)
     if [ -f "$prefix/lightning-setup-2.7.sh" ]; then
-      variant=xpu tag=2.7
+      variant=xpu tag=2.7 setup_name=lightning-setup-2.7.sh
     else
-      variant=cpu tag=2.7-cpu
+      variant=cpu tag=2.7-cpu setup_name=lightning-setup-2.7-cpu.sh
     fi
     ;;
   *) die "unknown variant '$variant' (this version has: xpu, cpu, cuda, auto)" ;;
 esac
 
-setup="$prefix/lightning-setup-$tag.sh"
+setup="$prefix/$setup_name"
 [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): run install_lightning_2.7.sh --variant $variant first, or give --prefix"
 # shellcheck source=/dev/null
 source "$setup"

@@ -63,11 +63,13 @@ def test_ddp_scaling_reports_efficiency_for_both_variants(tmp_path: Path) -> Non
 
 def test_startup_reports_import_costs(tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
-    done = run("startup.py", "--repeats", "1", "--json", str(out))
+    done = run("startup.py", "--repeats", "1", "--importtime-runs", "1", "--json", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert set(result["import_seconds"]) == {"lightning", "lightning+lightning_xpu", "hook (.pth) + lightning"}
     assert result["lightning_xpu_importtime_seconds"]["median"] > 0
+    assert 0 < result["lightning_xpu_adds_seconds_best"] and result["budget_seconds"] == 0.030
+    assert "ms to import lightning (-X importtime, best of 1)" in done.stdout
     assert set(result["byte_compilation"]) == {"no byte-compiled files", "byte-compiled"}
 
 

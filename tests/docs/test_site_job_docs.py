@@ -115,14 +115,14 @@ def test_aurora_job_script_under_bash_with_pals_variables(script: Path, tmp_path
     device check must fail them, since nothing trained."""
     nodes, ranks, binding = aurora_shape(script)
     assert len(binding) == ranks, f"{script.name}: CPU_BIND has {len(binding)} entries for {ranks} ranks per node"
-    work = work_directory(tmp_path / "work")
-    node_file = tmp_path / "nodefile"
+    work = work_directory(tmp_path / "work dir")  # paths with spaces must work
+    node_file = tmp_path / "node file"
     hosts = [socket.gethostname()] + [f"node{index}" for index in range(1, nodes)]
     node_file.write_text("".join(f"{host}\n" for host in hosts))
     record = tmp_path / "mpiexec.jsonl"
     real = nodes == 1 and ranks <= CI_RANKS
     env = job_env(
-        site_setup(tmp_path, "aurora"),
+        site_setup(tmp_path / "setup dir", "aurora"),
         PATH=f"{pals_bin(tmp_path / 'bin')}:{os.environ['PATH']}",
         PBS_O_WORKDIR=str(work),
         PBS_NODEFILE=str(node_file),

@@ -37,6 +37,15 @@ STEP_TOTAL = int(re.search(r"_lxpu_step_total=(\d+)", (REPO / "scripts/common/in
 _NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
 MODULEFILE_BODY = re.search(r'^MODULEFILE_BODY = "(.+)"$', _NAMES, re.MULTILINE)[1]
 SETUP_LIBRARY_NAME = re.search(r'^SETUP_LIBRARY_NAME = "(.+)"$', _NAMES, re.MULTILINE)[1]
+SETUP_LIBRARY = re.search(r'^SETUP_LIBRARY = "(.+)"$', _NAMES, re.MULTILINE)[1]
+
+
+def add_shared_code(prefix: Path) -> None:
+    """The modulefile body and setup library of the repository, where the install job writes them in a prefix."""
+    (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
+    shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
+
 STEP_MARKERS = {
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
@@ -362,6 +371,11 @@ def env_dirs(prefix: Path) -> list[str]:
     )
 
 
+def published_build(prefix: Path) -> Path:
+    """<prefix>/.envs/<build>: what <prefix>/<tag> points to, and what module load and the setup script give."""
+    return prefix / ".envs" / Path(os.readlink(prefix / TAG)).name
+
+
 def build_complete(build: Path) -> bool:
     """A complete build: a whole manifest with status installed (what publish.sh keeps)."""
     try:
@@ -485,5 +499,5 @@ def assert_torchrun_workers(out: Path, executable: str) -> None:
     """Both ranks ran to the end after the rebuilds, with the interpreter they started with."""
     for rank in ("0", "1"):
         report = (out / f"rank-{rank}").read_text()
-        status, total, python = report.split("\n")[0].split()
+        status, total, python = report.split("\n")[0].split(" ", 2)
         assert (status, total, python) == ("0", "2", executable), report

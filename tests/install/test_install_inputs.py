@@ -17,6 +17,7 @@ import pytest
 pytestmark = pytest.mark.install
 
 FLAGS = (
+    "--installer",
     "--prefix",
     "--variant",
     "--env-manager",
@@ -68,7 +69,23 @@ BAD_INPUTS = {
     "base-python-missing": (["--base-python", "/nonexistent/python3"], "is not an executable"),
     "shared-group": (["--shared-group", "no-such-group-lxpu"], "no such group"),
     "prefix-colon": (["--prefix", "/tmp/a:b"], "must not contain ':'"),
+    "installer": (["--installer", "conda"], "--installer must be uv, pip or auto"),
+    "uv-over-base-python": (
+        ["--installer", "uv", "--base-python", h.base_python()],
+        "--installer uv cannot build over --base-python",
+    ),
 }
+
+
+def test_bad_input_pip_configuration_uv_cannot_honour(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
+    """uv reads no pip configuration; a resolution key it has no equivalent for stops the install in one line."""
+    prefix = tmp_path / "prefix"
+    result = h.run_job(install_job, "--source", str(source_repo), "--pip-source", "system", prefix=prefix,
+                       env=h.job_env(PIP_PRE="1"))
+    assert result.returncode == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "error: pip configuration key ':env:.pre' has no uv equivalent" in line and "--installer pip" in line
+    assert not prefix.exists()
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))

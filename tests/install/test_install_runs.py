@@ -18,7 +18,7 @@ LAUNCH_TIMEOUT_S = 300
 
 def assert_ran_in_the_install(reports: list[dict], prefix: Path) -> None:
     for report in reports:
-        assert Path(report["python"]) == prefix / h.TAG / "bin" / "python", report["python"]
+        assert Path(report["python"]) == h.published_build(prefix) / "bin" / "python", report["python"]
 
 
 @pytest.mark.slurm

@@ -213,6 +213,22 @@ def test_disk_full_after_publishing_is_not_a_failure(pre: Prebuilt, prefix: Path
     assert_consistent(prefix)
 
 
+def test_sigterm_after_publishing_says_installed(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    pause = tmp_path / "pause"
+    pause.touch()
+    output = tmp_path / "job.out"
+    proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT="previous", LXPU_TEST_PAUSE_FILE=str(pause))
+    h.wait_for_text(output, "test pause before previous ", proc, timeout=120)
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    last = output.read_text().strip().splitlines()[-1]
+    assert "FAILED" not in last and f"installed {prefix}/{h.TAG} -> .envs/{target(prefix)}" in last, last
+    assert "interrupted by SIGTERM" in last and target(prefix) != b
+    assert run(pre, prefix).returncode == 0
+    assert_consistent(prefix)
+
+
 def test_disk_full_before_publishing_keeps_the_old_build(pre: Prebuilt, prefix: Path) -> None:
     b = target(prefix)
     before = builds(prefix)
@@ -327,6 +343,20 @@ def test_prune_keeps_what_is_in_use(pre: Prebuilt, prefix: Path, holder: subproc
     assert f"pruned: removed 2 build(s) ({b} {a})" in result.last_line
     assert not list((prefix / ".leases").glob(f"{h.TAG}.*")), "stale leases survived --prune"
     assert_consistent(prefix)
+
+
+def test_prune_by_age_and_dry_run(pre: Prebuilt, prefix: Path) -> None:
+    a, b = recorded_previous(prefix, target(prefix)), target(prefix)
+    assert run(pre, prefix, "--force").returncode == 0  # C published, B its rollback build, A unused
+    result = run(pre, prefix, "--prune", "--older-than", "1")
+    assert result.returncode == 0 and f"{a} (younger than 1 days)" in result.last_line, result.output
+    result = run(pre, prefix, "--prune", "--older-than", "0", "--dry-run")
+    last = result.output.strip().splitlines()[-1]  # a dry run writes no log
+    assert result.returncode == 0 and f"it would have: pruned: removed 1 build(s) ({a})" in last, result.output
+    assert a in builds(prefix)
+    result = run(pre, prefix, "--prune", "--older-than", "0")
+    assert result.returncode == 0 and f"pruned: removed 1 build(s) ({a})" in result.last_line, result.output
+    assert a not in builds(prefix) and b in builds(prefix)
 
 
 def test_prune_needs_a_rule(pre: Prebuilt, prefix: Path) -> None:

@@ -57,21 +57,22 @@ class DawnJob:
 
 @pytest.fixture(scope="module")
 def dawn_jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DawnJob]:
-    """Every Dawn job script submitted at once, then waited for."""
+    """Every Dawn job script submitted at once, then waited for. (The qsub tests below keep paths without spaces:
+    the Torque wrapper passes its arguments to sbatch through an unquoted shell command.)"""
     require_service("Slurm", h.slurm_up(), "start it: bash ci/services/slurm.sh start")
     impi = h.mpiexec("impi")
     if any("mpirun" in script.read_text() for script in DAWN_SCRIPTS):
         require_service("Intel MPI", impi is not None, "set LXPU_IMPI_MPIEXEC (bash ci/services/install.sh)")
-    root = tmp_path_factory.mktemp("dawn")
+    root = tmp_path_factory.mktemp("dawn") / "with space"  # paths with spaces must work
     # Intel MPI's bin after the base venv's: mpirun from there, python from the base venv.
-    setup = site_setup(root, "dawn", [str(Path(impi).parent)] if impi else [])
+    setup = site_setup(root / "setup dir", "dawn", [str(Path(impi).parent)] if impi else [])
     submitted: list[tuple[Path, int, Path, str, bool]] = []
     profiling = False
     for script in DAWN_SCRIPTS:
         ranks = min(int(header_value(script, r"--ntasks-per-node=(\d+)")), CI_RANKS)
         profile = ranks > 1 and not profiling  # profile rank 1 of one multi-rank job
         profiling = profiling or profile
-        work = work_directory(root / script.stem)
+        work = work_directory(root / f"{script.stem} work")
         command = [
             "sbatch", "--parsable", f"--account={ACCOUNT}", "--gres=none", "--nodes=1", "--oversubscribe",
             "--cpus-per-task=1", f"--ntasks-per-node={ranks}", "--time=10", str(script),

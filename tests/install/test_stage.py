@@ -19,7 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import install_harness as h
 import pytest
+
+from tests.conftest import require_service
 
 pytestmark = pytest.mark.install
 
@@ -208,6 +211,70 @@ def test_fallback_under_slurm_without_sbcast(shared: Shared, tmp_path: Path) -> 
         f"lightning-xpu-stage: warning: running from the shared install {shared.root}: "
         "sbcast not found on PATH (Slurm's file broadcast)"
     ]
+
+
+def test_pbs_unpacks_once_per_node_with_mpiexec_and_names_copper_on_aurora(shared: Shared, tmp_path: Path) -> None:
+    # A stand-in mpiexec that records its arguments and runs the command here (this machine is the one node).
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    log = tmp_path / "mpiexec.args"
+    (fake / "mpiexec").write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(log))}\nshift 4\nexec "$@"\n')
+    (fake / "mpiexec").chmod(0o755)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("x1000c0s0b0n0\nx1000c0s0b0n0\n")
+    shared.set_pack(site="aurora")
+    extra = {"PATH": f"{shared.root / 'bin'}:{fake}:/usr/local/bin:/usr/bin:/bin", "PBS_JOBID": "8.aurora-pbs",
+             "PBS_NODEFILE": str(nodefile)}
+    done = shared.run('eval "$(lightning-xpu-stage --shell)"; python', **extra)
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.8.aurora-pbs" / TAG
+    assert _where(done.stdout) == str(copy), done.stderr
+    assert log.read_text().splitlines()[0].startswith("-n 1 -ppn 1 ")  # one rank per node: one node here
+    assert "Copper" in done.stderr and "warning" not in done.stderr
+    assert shared.copies() == []  # the EXIT trap removed the copies (mpiexec -ppn 1 again)
+
+
+def _fake_pbs(tmp_path: Path) -> dict[str, str]:
+    """A PBS job on one node, with a stand-in mpiexec that runs the command here."""
+    fake = tmp_path / "fake-bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "mpiexec").write_text('#!/bin/sh\nshift 4\nexec "$@"\n')
+    (fake / "mpiexec").chmod(0o755)
+    (tmp_path / "nodefile").write_text("n0\n")
+    return {"PBS_JOBID": "9.pbs", "PBS_NODEFILE": str(tmp_path / "nodefile"),
+            "PATH": f"{fake}:/usr/local/bin:/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize("entry", ["setup script", "module"])
+def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, tmp_path: Path) -> None:
+    """The rendered setup script and modulefile (any tag the renderer made) switch to the copy by themselves."""
+    setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*.sh"))[0]
+    tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
+    prefix = shared.root.parent
+    shared.root.rename(prefix / tag)
+    root = prefix / tag
+    for name in ("lightning-xpu-site.sh", "lightning-xpu-site-modules.txt"):
+        (root / name).write_text("")
+    Shared(root, shared.local).set_pack(tag=tag)
+    (prefix / setup.name).write_bytes(setup.read_bytes())
+    (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
+    (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
+        (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    h.add_shared_code(prefix)  # the code both call
+    if entry == "module":
+        lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
+        require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
+        load = (f"source {shlex.quote(lmod)}; module use {shlex.quote(str(prefix / 'modulefiles'))}; "
+                f"module load lightning-xpu/{tag}")
+    else:
+        load = f"source {shlex.quote(str(prefix / setup.name))}"
+    env = {"HOME": os.environ.get("HOME", "/root"), "LIGHTNING_XPU_STAGE_DIR": str(shared.local),
+           "LIGHTNING_XPU_STAGE": "1", **_fake_pbs(tmp_path)}
+    done = subprocess.run(["bash", "-c", f"{load}; python; echo unstaged-root $LIGHTNING_XPU_SHARED_ROOT"],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    copy = shared.local / f"lxpu-stage.{os.getuid()}.9.pbs" / tag
+    assert _where(done.stdout) == str(copy), done.stdout + done.stderr
+    assert f"unstaged-root {root}" in done.stdout
+    assert shared.copies() == []
 
 
 def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:

@@ -153,3 +153,22 @@ def test_docs_state_no_version_range_or_site_list(recipes: Recipes) -> None:
         "say `python recipes/render.py list` (or link recipes/matrix.toml) instead of a range or list that "
         f"goes stale when a version or site is added: {stale}"
     )
+
+
+def test_offline_ci_refuses_stages_that_need_services() -> None:
+    usage = subprocess.run(
+        ["bash", "ci/test.sh", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert "--offline         install, start and build nothing" in usage.stdout
+    done = subprocess.run(
+        ["bash", "ci/test.sh", "--offline", "--stage", "recipes", "--stage", "services"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "[test.sh] error: stage 'services' needs services or the network: drop --offline, or run only lint recipes\n"
+    )

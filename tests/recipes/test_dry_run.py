@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -136,6 +137,11 @@ def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, 
     for version in recipes.matrix.versions.values():
         text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
         assert ("rhel9/default-dawn" in _job_modules(text)[0]) == (version.oneapi_generation == "2025")
+    listed = json.loads(run_render("list", "--json").stdout)["versions"]
+    assert {minor: entry["oneapi"] for minor, entry in listed.items()} == {
+        minor: version.oneapi_generation or None for minor, version in recipes.matrix.versions.items()
+    }
+    assert listed["2.13"]["oneapi"] == "2026"
 
 
 def test_oneapi_module_must_be_a_site_module(temp_recipes: Path) -> None:
@@ -150,3 +156,12 @@ def test_oneapi_module_must_be_a_site_module(temp_recipes: Path) -> None:
         "render.py: error: recipes/sites/dawn.toml: oneapi_modules.\"intel-oneapi/2025\": 'intel-oneapi/2025' "
         "is not one of this site's modules (rhel9/default-dawn)\n"
     )
+
+
+def test_help_names_the_real_defaults_and_ends_with_the_exit_codes(recipes: Recipes) -> None:
+    for site in recipes.sites.values():
+        done = bash(f'bash "{REPO}/scripts/{site.name}/install_lightning_2.13.sh" --help')
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        manager = "conda if a conda executable is on PATH, else venv" if site.env_manager == "conda" else "venv"
+        assert f"--env-manager M         conda or venv (default: {manager})\n" in done.stdout
+        assert done.stdout.splitlines()[-1].startswith("Exit status: 0 installed"), done.stdout[-300:]

@@ -21,13 +21,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for tests.conftest
 
+from lightning_grid import QUIET
+
 import lightning_xpu  # noqa: F401  (patches the namespaces imported below unless disabled)
+from lightning_xpu._namespaces import LIGHTNING, STANDALONE
 from tests.conftest import simulate_cuda
 
-NAMESPACES = {
-    "lightning": ("lightning.pytorch", "lightning.fabric"),
-    "standalone": ("pytorch_lightning", "lightning_fabric"),
-}
+NAMESPACES = {"lightning": (LIGHTNING.pytorch, LIGHTNING.fabric), "standalone": (STANDALONE.pytorch, STANDALONE.fabric)}
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 DEVICES: tuple[Any, ...] = ("auto", 1, 2, -1, [1], "0,1")
@@ -100,7 +100,7 @@ def _build(api: str, package: str, point: dict[str, Any]) -> dict[str, Any]:
     kwargs = {**point, "strategy": _strategy(point.get("strategy", "auto"), package)}
     if api == "trainer":
         trainer = importlib.import_module(package).Trainer(
-            **kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+            **kwargs, **QUIET
         )
         connector = trainer._accelerator_connector
         return _describe(trainer.accelerator, trainer.strategy, trainer.precision_plugin, connector.cluster_environment)

@@ -70,3 +70,14 @@ def test_without_xpu_the_trainer_says_not_available() -> None:
 
     with pytest.raises(Exception, match="XPUAccelerator` can not run on your system"):
         Trainer(accelerator="xpu")
+
+
+def test_parse_devices_keeps_lightnings_torchelastic_bypass(simulated_xpu, monkeypatch) -> None:
+    # torchrun with a per-process affinity mask: each process sees one device, several are asked for.
+    simulated_xpu(devices=1)
+    with pytest.raises(ValueError, match=r"has only 1 XPU device"):
+        lightning_xpu.XPUAccelerator.parse_devices(2)
+    launch = {"TORCHELASTIC_RUN_ID": "1", "RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    for name, value in launch.items():
+        monkeypatch.setenv(name, value)
+    assert lightning_xpu.XPUAccelerator.parse_devices(2) == [0, 1]

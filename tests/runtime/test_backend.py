@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, strategy_class, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, NAMESPACES, QUIET, strategy_class, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
 STRATEGIES = pytest.mark.parametrize("name", ["DDPStrategy", "FSDPStrategy", "ModelParallelStrategy"])
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @STRATEGIES
 @pytest.mark.parametrize(("xccl", "expected"), [(True, "xccl"), (False, "ccl")], ids=["xccl", "ccl-without-xccl"])
 def test_xccl_where_torch_has_it_else_ccl_through_the_oneccl_bindings(simulated_xpu, namespace, side, name, xccl,
@@ -22,8 +21,7 @@ def test_xccl_where_torch_has_it_else_ccl_through_the_oneccl_bindings(simulated_
     assert xpu_strategy(namespace, side, name)._get_process_group_backend() == expected
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @STRATEGIES
 def test_clear_error_naming_what_to_install_without_either(simulated_xpu, namespace, side, name) -> None:
     simulated_xpu(xccl=False, oneccl=False)
@@ -32,8 +30,7 @@ def test_clear_error_naming_what_to_install_without_either(simulated_xpu, namesp
         strategy._get_process_group_backend()
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @STRATEGIES
 def test_an_explicit_backend_wins(simulated_xpu, namespace, side, name) -> None:
     simulated_xpu(xccl=False, oneccl=False)
@@ -41,8 +38,7 @@ def test_an_explicit_backend_wins(simulated_xpu, namespace, side, name) -> None:
     assert strategy._get_process_group_backend() == "gloo"
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @STRATEGIES
 def test_unpatched_lightning_never_picks_ccl(simulated_xpu, namespace, side, name) -> None:
     """Simulated XPU with oneCCL and no XCCL: Lightning alone says xccl (torch's map, >= 2.5.5) or gloo (older)."""
@@ -51,8 +47,7 @@ def test_unpatched_lightning_never_picks_ccl(simulated_xpu, namespace, side, nam
     assert original_of(type(strategy), "_get_process_group_backend")(strategy) in ("xccl", "gloo")
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_off_xpu_lightning_chooses_as_before(namespace, side) -> None:
     cls = strategy_class(namespace, side, "DDPStrategy")
     strategy = cls(parallel_devices=[torch.device("cpu")] * 2)
@@ -64,7 +59,7 @@ def test_off_xpu_lightning_chooses_as_before(namespace, side) -> None:
 @pytest.mark.parametrize(("strategy", "start_method"), [("ddp", "popen"), ("ddp_spawn", "spawn"), ("ddp_fork", "fork")])
 def test_trainer_ddp_strings_run_on_xpu_with_xccl(simulated_xpu, namespace, strategy, start_method) -> None:
     simulated_xpu(devices=2)
-    trainer = namespace.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy=strategy, logger=False)
+    trainer = namespace.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy=strategy, **QUIET)
     assert type(trainer.strategy).__name__ == "DDPStrategy"
     assert trainer.strategy._start_method == start_method
     assert trainer.strategy.root_device == torch.device("xpu", 0)

@@ -11,13 +11,12 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.distributed as dist
+from lightning_grid import TRAINER_NAMESPACES
 from torch.nn.parallel import DistributedDataParallel
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, Namespace
+from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import original_of
-
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _connector_helpers import APIS, TRAINERS, build, connector_module, strategies, unpatched
+from lightning_grid import APIS, TRAINERS, build, connector_module, require_feature, strategies, unpatched
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu.accelerator import is_xpu_accelerator
@@ -173,11 +173,10 @@ def test_fsdp_is_still_refused_on_cpu(simulated_xpu, api, package) -> None:
 
 @pytest.mark.parametrize(("api", "package"), APIS)
 def test_model_parallel_strategy_is_accepted_on_xpu(simulated_xpu, api, package) -> None:
-    """Simulated XPU (2 devices); ModelParallelStrategy exists from Lightning 2.4."""
+    """Simulated XPU (2 devices); ModelParallelStrategy exists from Lightning 2.3."""
     simulated_xpu(devices=2)
-    model_parallel = getattr(strategies(package), "ModelParallelStrategy", None)
-    if model_parallel is None:
-        pytest.skip("ModelParallelStrategy arrived in Lightning 2.4")
+    require_feature("model_parallel", package)
+    model_parallel = strategies(package).ModelParallelStrategy
     strategy = model_parallel(parallelize_fn=lambda module, mesh: module) if api == "fabric" else model_parallel()
     built = build(api, package, accelerator="xpu", devices=2, strategy=strategy, precision="bf16-mixed")
     assert [str(d) for d in built.strategy.parallel_devices] == ["xpu:0", "xpu:1"]

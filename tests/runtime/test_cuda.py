@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from lightning_grid import QUIET
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -34,7 +35,7 @@ def lightning() -> ModuleType:
 
 def test_auto_picks_cuda_with_lightning_xpu_imported() -> None:
     pl = lightning()
-    trainer = pl.Trainer(accelerator="auto", devices=1, logger=False, enable_checkpointing=False)
+    trainer = pl.Trainer(accelerator="auto", devices=1, **QUIET)
     assert isinstance(trainer.accelerator, pl.accelerators.CUDAAccelerator)
     assert trainer.strategy.root_device == torch.device("cuda", 0)
 
@@ -57,8 +58,8 @@ def test_bf16_mixed_autocasts_on_cuda_inside_training_step(tmp_path: Path) -> No
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 8)), batch_size=4)
-    trainer = pl.Trainer(accelerator="auto", devices=1, precision="bf16-mixed", max_steps=2, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    trainer = pl.Trainer(accelerator="auto", devices=1, precision="bf16-mixed", max_steps=2,
+                         default_root_dir=str(tmp_path), **QUIET)
     trainer.fit(Probe(), data)
     assert seen and all(entry == (True, False, torch.bfloat16) for entry in seen)
 

@@ -14,19 +14,17 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.distributed as dist
-from simulated_trainer import trainer_on
+from lightning_grid import TRAINER_NAMESPACES, trainer_on
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, Namespace
+from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import original_of
 from tests.conftest import require_service
 
 pytestmark = pytest.mark.cuda
 
-INSTALLED = [ns for ns in (LIGHTNING, STANDALONE) if importlib.util.find_spec(ns.pytorch.split(".")[0]) is not None]
-NAMESPACES = pytest.mark.parametrize("namespace", INSTALLED, ids=lambda ns: ns.pytorch)
 CUDA0 = "cuda:0"
 
 
@@ -37,7 +35,7 @@ def cuda_only_and_no_xpu_calls(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(torch.xpu, name, lambda *args, _name=name: pytest.fail(f"torch.xpu.{_name} on CUDA"))
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_profiler_default_activities(namespace: Namespace) -> None:
     cls = namespace.pytorch_module("profilers").PyTorchProfiler
     profiler = cls()
@@ -46,7 +44,7 @@ def test_profiler_default_activities(namespace: Namespace) -> None:
     assert ProfilerActivity.CUDA in activities and ProfilerActivity.XPU not in activities
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_available_flops(namespace: Namespace) -> None:
     for module in (namespace.fabric_module("utilities.throughput"),
                    namespace.pytorch_module("callbacks.throughput_monitor")):
@@ -57,7 +55,7 @@ def test_available_flops(namespace: Namespace) -> None:
             )
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_throughput_monitor_synchronises_cuda_only(namespace: Namespace, monkeypatch) -> None:
     synchronized: list[object] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: synchronized.append(args))
@@ -71,7 +69,7 @@ def test_throughput_monitor_synchronises_cuda_only(namespace: Namespace, monkeyp
     assert len(synchronized) == 1
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_rng_states(namespace: Namespace) -> None:
     module = namespace.fabric_module("utilities.seed")
     patched, unpatched = module._collect_rng_states(), original_of(module, "_collect_rng_states")()
@@ -80,7 +78,7 @@ def test_rng_states(namespace: Namespace) -> None:
     module._set_rng_states(patched)
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_real_cuda_oom_is_still_recognised(namespace: Namespace) -> None:
     module = namespace.pytorch_module("utilities.memory")
     try:
@@ -91,7 +89,7 @@ def test_real_cuda_oom_is_still_recognised(namespace: Namespace) -> None:
         pytest.fail("allocating 4 EiB on the GPU did not fail")
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_cache_is_emptied_for_cuda_only(namespace: Namespace, monkeypatch, tmp_path) -> None:
     emptied: list[str] = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append("cuda"))
@@ -116,7 +114,7 @@ def nccl_group() -> Iterator[None]:
         dist.destroy_process_group()
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_ddp_comm_hook_on_cuda(namespace: Namespace, nccl_group) -> None:
     calls: list[int] = []
 
@@ -136,7 +134,7 @@ def test_ddp_comm_hook_on_cuda(namespace: Namespace, nccl_group) -> None:
     assert calls == [1]
 
 
-@NAMESPACES
+@TRAINER_NAMESPACES
 def test_fabric_cli_counts_cuda_devices(namespace: Namespace) -> None:
     if importlib.util.find_spec("click") is None:
         pytest.skip("click is not installed: Lightning's Fabric CLI needs it")

@@ -2,7 +2,7 @@
 set_device before the process group, oneCCL's local rank, device_id, barrier and object broadcast.
 
 Each process group here is recorded, not created (`recorded_process_group`); strategies run as local rank 1 of 2
-devices (strategy_harness), so the rank's device is xpu:1 and anything that lands on xpu:0 shows.
+devices (lightning_grid), so the rank's device is xpu:1 and anything that lands on xpu:0 shows.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, strategy_class, strategy_module, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, NAMESPACES, init_kwargs, strategy_class, strategy_module, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
@@ -36,8 +36,7 @@ def cuda_streams_raise(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "stream", touched)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @pytest.mark.usefixtures("cuda_streams_raise")
 def test_ddp_wrapper_is_built_on_an_xpu_stream(simulated_xpu, namespace, side, monkeypatch) -> None:
     sim = simulated_xpu()
@@ -55,8 +54,7 @@ def test_ddp_wrapper_is_built_on_an_xpu_stream(simulated_xpu, namespace, side, m
     assert [event for event, _ in sim.events] == ["enter_stream", "ddp_built", "exit_stream"]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_ddp_wrapper_needs_torch_cuda(simulated_xpu, namespace, side) -> None:
     simulated_xpu()
     strategy = xpu_strategy(namespace, side, "DDPStrategy")
@@ -64,8 +62,7 @@ def test_unpatched_ddp_wrapper_needs_torch_cuda(simulated_xpu, namespace, side) 
         original_of(type(strategy), ddp_module_method(side))(strategy, torch.nn.Linear(2, 2))
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_off_xpu_lightning_builds_the_ddp_wrapper(namespace, side, monkeypatch) -> None:
     built: list[dict[str, Any]] = []
     monkeypatch.setattr(strategy_module(namespace, side, "strategies.ddp"), "DistributedDataParallel",
@@ -75,8 +72,7 @@ def test_off_xpu_lightning_builds_the_ddp_wrapper(namespace, side, monkeypatch) 
     assert built[-1]["device_ids"] is None
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_the_rank_device_is_current_before_the_process_group_exists(
     simulated_xpu, recorded_process_group, namespace, side
 ) -> None:
@@ -95,16 +91,14 @@ def test_the_rank_device_is_current_before_the_process_group_exists(
     assert all(device == XPU1 for event, device in sim.events if event == "set_device")
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_xccl_leaves_oneccl_variables_alone(simulated_xpu, recorded_process_group, namespace, side) -> None:
     recorded_process_group(simulated_xpu(xccl=True).events)
     xpu_strategy(namespace, side, "DDPStrategy").setup_environment()
     assert not set(ONECCL_VARIABLES) & set(os.environ)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_ccl_gets_oneccl_local_rank_before_init(simulated_xpu, recorded_process_group, namespace, side,
                                                monkeypatch) -> None:
     sim = simulated_xpu(xccl=False, oneccl=True)
@@ -129,8 +123,7 @@ def test_a_users_oneccl_launcher_choice_is_kept(simulated_xpu, recorded_process_
     assert os.environ["CCL_PROCESS_LAUNCHER"] == "hydra" and os.environ["CCL_LOCAL_RANK"] == "1"
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_ddp_keeps_the_device_id_lightning_binds(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     lightning = dict(init_kwargs(xpu_strategy(namespace, side, "DDPStrategy"), side, "DDPStrategy", pg, True))
@@ -138,16 +131,14 @@ def test_ddp_keeps_the_device_id_lightning_binds(simulated_xpu, recorded_process
     assert patched.get("device_id") == lightning.get("device_id") in (XPU1, None)  # None: Lightning < 2.5.5
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_ddp_on_ccl_does_not_bind_the_device(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
     assert "device_id" not in init_kwargs(xpu_strategy(namespace, side, "DDPStrategy"), side, "DDPStrategy", pg)
     assert pg.backend == "ccl"
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_barrier_passes_the_rank_device_on_xpu_backends(simulated_xpu, recorded_process_group, namespace,
                                                          side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
@@ -159,8 +150,7 @@ def test_barrier_passes_the_rank_device_on_xpu_backends(simulated_xpu, recorded_
     assert pg.barriers[-1]["device_ids"] is None  # Lightning alone: device ids for nccl only
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_off_xpu_barrier_is_lightnings(recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group()
     pg.backend = "gloo"
@@ -168,8 +158,7 @@ def test_off_xpu_barrier_is_lightnings(recorded_process_group, namespace, side) 
     assert pg.barriers[-1]["device_ids"] is None
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_objects_travel_over_a_gloo_group_on_ccl(simulated_xpu, recorded_process_group, namespace, side) -> None:
     sim = simulated_xpu(xccl=False, oneccl=True)
     pg = recorded_process_group(sim.events)
@@ -184,8 +173,7 @@ def test_objects_travel_over_a_gloo_group_on_ccl(simulated_xpu, recorded_process
     assert sent.objects == ["checkpoints/epoch=0.ckpt"] and sent.src == 0 and sent.group is pg.new_groups[0]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_the_object_group_is_destroyed_at_exit(simulated_xpu, recorded_process_group, namespace, side,
                                                monkeypatch) -> None:
     at_exit: list[tuple[Any, tuple[Any, ...]]] = []
@@ -197,8 +185,7 @@ def test_the_object_group_is_destroyed_at_exit(simulated_xpu, recorded_process_g
     assert pg.destroyed == [pg.new_groups[0]]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_broadcast_uses_the_ccl_world_group(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
     strategy = xpu_strategy(namespace, side, "DDPStrategy")
@@ -207,8 +194,7 @@ def test_unpatched_broadcast_uses_the_ccl_world_group(simulated_xpu, recorded_pr
     assert pg.backend == "ccl" and pg.object_broadcasts[-1].group is not pg.new_groups[0]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_xccl_broadcasts_objects_on_the_world_group(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu(xccl=True).events)
     strategy = xpu_strategy(namespace, side, "DDPStrategy")
@@ -217,8 +203,7 @@ def test_xccl_broadcasts_objects_on_the_world_group(simulated_xpu, recorded_proc
     assert pg.new_groups == [] and pg.object_broadcasts[-1].objects == [{"log_dir": "logs/version_0"}]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_the_object_group_follows_the_world(simulated_xpu, recorded_process_group, namespace, side,
                                             monkeypatch) -> None:
     pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
@@ -250,8 +235,7 @@ def ddp_fork_launcher(namespace: Any, side: str, accelerator: str, monkeypatch: 
     return owner.strategy.launcher
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_ddp_fork_is_refused_once_xpu_is_initialized(simulated_xpu, namespace, side, monkeypatch) -> None:
     simulated_xpu().initialized = True
     launcher = ddp_fork_launcher(namespace, side, "xpu", monkeypatch)
@@ -259,8 +243,7 @@ def test_ddp_fork_is_refused_once_xpu_is_initialized(simulated_xpu, namespace, s
         launcher.launch(print)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 @pytest.mark.parametrize(("accelerator", "initialized"), [("xpu", False), ("cpu", True)],
                          ids=["xpu-not-initialized", "cpu-with-xpu-initialized"])
 def test_ddp_fork_goes_ahead_where_it_is_safe_or_not_ours(simulated_xpu, namespace, side, accelerator, initialized,
@@ -270,8 +253,7 @@ def test_ddp_fork_goes_ahead_where_it_is_safe_or_not_ours(simulated_xpu, namespa
         ddp_fork_launcher(namespace, side, accelerator, monkeypatch).launch(print)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_lightning_forks_after_xpu_initialization(simulated_xpu, namespace, side) -> None:
     """Lightning's own pre-fork check looks at CUDA only: with XPU initialized (simulated) it lets the fork go."""
     simulated_xpu().initialized = True

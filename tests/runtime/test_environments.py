@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lightning_grid import FABRIC_NAMESPACES
 
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE_FABRIC
 from lightning_xpu.environments import rendezvous
 from lightning_xpu.environments.cluster import environment_class
 from lightning_xpu.environments.launch import (
@@ -27,8 +27,6 @@ from lightning_xpu.environments.launch import (
     mpi_launcher,
 )
 from tests.runtime import launches
-
-FABRICS = [LIGHTNING, STANDALONE_FABRIC]
 
 
 def _first_slurm_host(fabric: str = "lightning.fabric") -> Callable[[str], str]:
@@ -206,7 +204,7 @@ def test_master_address_of_ranks_on_several_hosts_without_an_allocation_needs_ma
 # ---- the cluster environments -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("namespace", FABRICS, ids=lambda ns: ns.fabric)
+@FABRIC_NAMESPACES
 @pytest.mark.parametrize(
     ("launcher", "environ", "name"),
     [(HYDRA, launches.MPICH_TWO_HOSTS_IN_SBATCH, "HydraEnvironment"), (OPENMPI, launches.OPENMPI, "OpenMPIEnvironment"),
@@ -228,7 +226,7 @@ def test_cluster_environment_answers_from_the_launch(namespace, launcher, enviro
     assert (env.global_rank(), env.world_size()) == (ranks.global_rank, ranks.world_size)
 
 
-@pytest.mark.parametrize("namespace", FABRICS, ids=lambda ns: ns.fabric)
+@FABRIC_NAMESPACES
 def test_cluster_environment_reads_os_environ_and_writes_nothing(namespace, monkeypatch) -> None:
     launches.launch(monkeypatch, launches.MPICH_TWO_HOSTS_IN_SBATCH)
     before = dict(os.environ)
@@ -242,7 +240,7 @@ def test_cluster_environment_reads_os_environ_and_writes_nothing(namespace, monk
     assert env.main_address == "node9"
 
 
-@pytest.mark.parametrize("namespace", FABRICS, ids=lambda ns: ns.fabric)
+@FABRIC_NAMESPACES
 @pytest.mark.parametrize(
     ("environ", "devices", "nodes", "message"),
     [

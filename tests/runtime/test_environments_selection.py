@@ -14,14 +14,12 @@ import warnings
 from typing import Any
 
 import pytest
+from lightning_grid import FABRIC_OF, FABRIC_PACKAGES, QUIET, TRAINER_PACKAGES
 
 from lightning_xpu._patching import is_wrapped, original_of
 from tests.runtime import launches
 
-TRAINERS = ["lightning.pytorch", "pytorch_lightning"]
-FABRICS = ["lightning.fabric", "lightning_fabric"]
-TARGETS = [("trainer", module) for module in TRAINERS] + [("fabric", module) for module in FABRICS]
-_FABRIC_OF = {"lightning.pytorch": "lightning.fabric", "pytorch_lightning": "lightning_fabric"}
+TARGETS = [("trainer", module) for module in TRAINER_PACKAGES] + [("fabric", module) for module in FABRIC_PACKAGES]
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +27,14 @@ def _keep_rank_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fabric's DDP strategy sets the process-wide `rank_zero_only.rank` from the (simulated) launch when it is
     built; put it back afterwards, or later tests would run as rank 1 and lose every rank-zero warning."""
     # Lightning's modules first: importing them gives lightning_utilities' rank_zero_only its rank.
-    for name in (*(f"{fabric}.utilities.rank_zero" for fabric in FABRICS), "lightning_utilities.core.rank_zero"):
+    rank_zero_modules = [f"{fabric}.utilities.rank_zero" for fabric in FABRIC_PACKAGES]
+    for name in (*rank_zero_modules, "lightning_utilities.core.rank_zero"):
         rank_zero_only = importlib.import_module(name).rank_zero_only
         monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
 
 
 def _environments(module: str) -> Any:
-    return importlib.import_module(f"{_FABRIC_OF.get(module, module)}.plugins.environments")
+    return importlib.import_module(f"{FABRIC_OF.get(module, module)}.plugins.environments")
 
 
 def _connector(kind: str, module: str, **kwargs: Any) -> Any:
@@ -43,8 +42,7 @@ def _connector(kind: str, module: str, **kwargs: Any) -> Any:
     arguments: dict[str, Any] = {"accelerator": "cpu", "devices": 2, "strategy": "ddp", **kwargs}
     package = importlib.import_module(module)
     if kind == "trainer":
-        trainer = package.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                                  enable_model_summary=False, **arguments)
+        trainer = package.Trainer(**QUIET, **arguments)
         return trainer._accelerator_connector
     return package.Fabric(**arguments)._connector
 
@@ -116,7 +114,7 @@ def test_a_single_mpi_rank_lets_lightning_start_the_processes(kind, module, monk
 def test_mpi4py_is_never_asked_under_an_mpi_launcher(kind, module, monkeypatch) -> None:
     """With mpi4py installed, Lightning's MPIEnvironment.detect() initialises MPI and can freeze (#20049)."""
     launches.launch(monkeypatch, launches.MPICH)
-    mpi = importlib.import_module(f"{_FABRIC_OF.get(module, module)}.plugins.environments.mpi")
+    mpi = importlib.import_module(f"{FABRIC_OF.get(module, module)}.plugins.environments.mpi")
     monkeypatch.setattr(mpi, "_MPI4PY_AVAILABLE", True)
 
     def initialise_mpi() -> bool:
@@ -162,7 +160,7 @@ def test_unpatched_lightning_takes_mpiexec_in_sbatch_for_srun(kind, module, monk
 @pytest.mark.parametrize(("kind", "module"), TARGETS)
 def test_unpatched_lightning_spawns_a_world_per_rank_under_mpiexec_without_mpi4py(kind, module, monkeypatch) -> None:
     launches.launch(monkeypatch, launches.MPICH)  # rank 1
-    monkeypatch.setattr(importlib.import_module(f"{_FABRIC_OF.get(module, module)}.plugins.environments.mpi"),
+    monkeypatch.setattr(importlib.import_module(f"{FABRIC_OF.get(module, module)}.plugins.environments.mpi"),
                         "_MPI4PY_AVAILABLE", False)
     connector = _connector(kind, module)
     unpatched = original_of(type(connector), "_choose_and_init_cluster_environment")(connector)
@@ -171,7 +169,7 @@ def test_unpatched_lightning_spawns_a_world_per_rank_under_mpiexec_without_mpi4p
     assert unpatched.global_rank() == 0
 
 
-@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("fabric", FABRIC_PACKAGES)
 def test_slurm_detect_is_false_under_mpiexec_in_sbatch(fabric, monkeypatch) -> None:
     """The Trainer's checkpoint connector also asks SLURMEnvironment.detect() at fit."""
     launches.launch(monkeypatch, launches.MPICH_IN_SBATCH)
@@ -182,7 +180,7 @@ def test_slurm_detect_is_false_under_mpiexec_in_sbatch(fabric, monkeypatch) -> N
     assert slurm.detect() is True
 
 
-@pytest.mark.parametrize("fabric", FABRICS)
+@pytest.mark.parametrize("fabric", FABRIC_PACKAGES)
 def test_srun_not_used_warning_does_not_misfire_under_mpiexec(fabric, monkeypatch, tmp_path) -> None:
     """Under mpiexec on a machine with Slurm installed, Lightning says to prepend srun."""
     fake_srun = tmp_path / "srun"

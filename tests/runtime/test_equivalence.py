@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightning_grid import newest_lightning_only
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("_equivalence_probe.py")
@@ -45,6 +46,9 @@ RUNS = {
     "srun": ("lightning:launch",),
 }
 CASES = [(launch, run) for launch, runs in RUNS.items() for run in runs]
+# The grid starts 2 x 4 fresh interpreters: once per CI run, on the newest Lightning (the unit stage runs
+# tests/runtime in every Lightning venv; the per-version patch set is asserted by test_versions.py there).
+pytestmark = newest_lightning_only
 
 
 def _environment(launch: str, patched: bool) -> dict[str, str]:

@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 import torch.distributed.run
 from click.testing import CliRunner
+from lightning_grid import FABRIC_NAMESPACES
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE_FABRIC, Namespace
+from lightning_xpu._namespaces import STANDALONE_FABRIC, Namespace
 from lightning_xpu._patching import original_of
-
-FABRIC_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE_FABRIC], ids=lambda ns: ns.fabric)
 
 
 def run_command(main: Any) -> list[str]:

@@ -6,19 +6,15 @@ Process groups and meshes are recorded, not created (`recorded_process_group`); 
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, strategy_class, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, init_kwargs, package_of, require_feature, strategy_class, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
 
 def fsdp_with_mesh(namespace, side):  # type: ignore[no-untyped-def]
-    cls = strategy_class(namespace, side, "FSDPStrategy")
-    if "device_mesh" not in inspect.signature(cls.__init__).parameters:
-        pytest.skip("this Lightning's FSDPStrategy has no device_mesh argument (added in 2.3)")
+    require_feature("fsdp_device_mesh", package_of(namespace, side))
     return xpu_strategy(namespace, side, "FSDPStrategy", device_mesh=(1, 2), sharding_strategy="HYBRID_SHARD")
 
 
@@ -26,8 +22,7 @@ def fsdp_kwargs(strategy) -> dict:  # type: ignore[no-untyped-def]
     return strategy.kwargs if hasattr(strategy, "kwargs") else strategy._fsdp_kwargs
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_tuple_device_mesh_is_built_on_xpu(simulated_xpu, recorded_process_group, namespace, side) -> None:
     sim = simulated_xpu()
     pg = recorded_process_group(sim.events)
@@ -39,8 +34,7 @@ def test_tuple_device_mesh_is_built_on_xpu(simulated_xpu, recorded_process_group
     assert pg.backend == "xccl" and ("set_device", torch.device("xpu", 1)) in sim.events
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     strategy = fsdp_with_mesh(namespace, side)
@@ -48,8 +42,7 @@ def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_pr
     assert [mesh.device_type for mesh in pg.meshes] == ["cuda"]
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_a_failed_setup_leaves_the_tuple_in_place(simulated_xpu, recorded_process_group, namespace, side,
                                                  monkeypatch) -> None:
     recorded_process_group(simulated_xpu().events)
@@ -64,32 +57,27 @@ def test_a_failed_setup_leaves_the_tuple_in_place(simulated_xpu, recorded_proces
     assert fsdp_kwargs(strategy)["device_mesh"] == (1, 2)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_fsdp_does_not_bind_the_process_group_to_the_xpu(simulated_xpu, recorded_process_group, namespace,
                                                         side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     assert init_kwargs(xpu_strategy(namespace, side, "FSDPStrategy"), side, "FSDPStrategy", pg).get("device_id") is None
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_fsdp_binds_the_process_group_to_the_xpu(simulated_xpu, recorded_process_group, namespace,
                                                           side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
+    require_feature("process_group_device_id", package_of(namespace, side))
     bound = init_kwargs(xpu_strategy(namespace, side, "FSDPStrategy"), side, "FSDPStrategy", pg, unpatched=True)
-    if "device_id" not in bound:
-        pytest.skip("this Lightning binds no device_id (it started in 2.5.5): nothing to undo")
     assert bound["device_id"] == torch.device("xpu", 1)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_off_xpu_fsdp_mesh_is_lightnings(recorded_process_group, namespace, side) -> None:
     pg = recorded_process_group()
+    require_feature("fsdp_device_mesh", package_of(namespace, side))
     cls = strategy_class(namespace, side, "FSDPStrategy")
-    if "device_mesh" not in inspect.signature(cls.__init__).parameters:
-        pytest.skip("this Lightning's FSDPStrategy has no device_mesh argument (added in 2.3)")
     strategy = cls(device_mesh=(1, 2), sharding_strategy="HYBRID_SHARD", parallel_devices=[torch.device("cpu")] * 2)
     strategy.cluster_environment = namespace.fabric_module("plugins.environments").LightningEnvironment()
     strategy.accelerator = (namespace.pytorch_module("accelerators") if side == "trainer"

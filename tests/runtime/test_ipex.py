@@ -11,14 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from simulated_trainer import trainer_on
+from lightning_grid import TRAINER_NAMESPACES, trainer_on
 from torch.utils.data import DataLoader
 
 import lightning_xpu.ipex
 from lightning_xpu._namespaces import LIGHTNING, STANDALONE, Namespace
 from lightning_xpu.ipex import ipex_callback_class
-
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
 
 
 def tiny_module(namespace: Namespace) -> object:

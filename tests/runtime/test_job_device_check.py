@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _connector_helpers import TRAINERS, build
+from lightning_grid import TRAINERS, build
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 

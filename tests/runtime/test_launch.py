@@ -2,6 +2,10 @@
 and Intel MPI `mpiexec` (no mpi4py), `srun` inside an `sbatch` job, and `mpiexec` inside an `sbatch` job (the
 launch unpatched Lightning takes for srun). Every rank runs scripts/common/toy_fit.py; the checks read the
 reports the ranks write, never only exit codes (a misconfigured Slurm records failed jobs as COMPLETED).
+
+Then one launch per launcher of a user's script with more ranks per node than devices (devices=1 and the default,
+no strategy): refused in every rank under MPICH and Intel MPI `mpiexec`; under `srun` off XPU, plain Lightning's
+behaviour (the rest of that rule is unit-tested in test_launch_refusals.py).
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ def build(kind: str, module: str, **arguments: Any) -> Any:
 MPI_LAUNCHES = {
     "mpich": (launches.MPICH, "MPICH/Intel MPI mpiexec", "-ppn 1"),
     "intel-mpi-in-sbatch": (launches.INTEL_MPI_IN_SBATCH, "MPICH/Intel MPI mpiexec", "-ppn 1"),
-    "openmpi": (launches.OPENMPI, "Open MPI mpirun", "--npernode 1"),
-    "pals": (launches.PALS, "PALS mpiexec", "--ppn 1"),
+    "openmpi": (launches.OPENMPI, "Open MPI mpirun", "--map-by ppr:1:node"),
+    "pals": (launches.PALS, "PALS mpiexec", "-ppn 1"),
 }
 # Arguments that make one process per node on CPU: what `mpiexec -n 2 python train.py` ran twice before.
 ONE_PROCESS = {
@@ -115,7 +115,7 @@ def test_srun_off_xpu_keeps_lightnings_behaviour(kind, module, launch, monkeypat
 @pytest.mark.parametrize(
     ("environ", "words", "option"),
     [(launches.SRUN, "srun", "--ntasks-per-node=1"), (launches.MPICH, "MPICH/Intel MPI mpiexec", "-ppn 1"),
-     (launches.PALS, "PALS mpiexec", "--ppn 1")],
+     (launches.PALS, "PALS mpiexec", "-ppn 1")],
     ids=["srun", "mpich", "pals"],
 )
 def test_on_simulated_xpu_a_mismatch_always_refuses(kind, module, environ, words, option, simulated_xpu,

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from simulated_trainer import trainer_on
+from lightning_grid import APIS, TRAINER_NAMESPACE_LIST, TRAINER_NAMESPACES, strategies, trainer_on
 from torch.utils.data import DataLoader
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, STANDALONE_FABRIC, Namespace
+from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import original_of
 
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
 XPU_OOMS = [
     torch.OutOfMemoryError(
         "XPU out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 16.50 GiB. Of the allocated"
@@ -38,7 +37,7 @@ LIGHTNING_CASES = [
 
 def oom_holders() -> list[object]:
     """Both modules holding `is_oom_error` (the batch-size finder imports it by name), in both namespaces."""
-    return [ns.pytorch_module(name) for ns in (LIGHTNING, STANDALONE)
+    return [ns.pytorch_module(name) for ns in TRAINER_NAMESPACE_LIST
             for name in ("utilities.memory", "tuner.batch_size_scaling")]
 
 
@@ -110,15 +109,12 @@ def saved_checkpoint(tmp_path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize(
-    "namespace", [LIGHTNING, STANDALONE, STANDALONE_FABRIC], ids=["lightning.pytorch", "pytorch_lightning", "fabric"]
-)
-def test_loading_a_checkpoint_on_xpu_frees_the_xpu_cache_first(simulated_xpu, namespace: Namespace, tmp_path) -> None:
+@pytest.mark.parametrize(("api", "package"), APIS)
+def test_loading_a_checkpoint_on_xpu_frees_the_xpu_cache_first(simulated_xpu, api: str, package: str, tmp_path) -> None:
     """Simulated XPU: Trainer and Fabric strategies free the XPU cache before loading, as they do for CUDA."""
     sim = simulated_xpu()
-    package = namespace.pytorch_module if namespace.pytorch else namespace.fabric_module
-    strategy = package("strategies").SingleDeviceStrategy(torch.device("xpu", 0))
-    unpatched = original_of(package("strategies.strategy").Strategy, "load_checkpoint")
+    strategy = strategies(package).SingleDeviceStrategy(torch.device("xpu", 0))
+    unpatched = original_of(strategies(package).strategy.Strategy, "load_checkpoint")
     path = saved_checkpoint(tmp_path)
     assert torch.equal(unpatched(strategy, path)["value"], torch.ones(1))
     assert sim.empty_cache_calls == 0

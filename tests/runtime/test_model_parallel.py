@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
-from strategy_harness import NAMESPACES, SIDES, init_kwargs, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, init_kwargs, package_of, require_feature, xpu_strategy
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_model_parallel_mesh_on_xpu_without_device_binding(simulated_xpu, recorded_process_group, namespace,
                                                             side) -> None:
     sim = simulated_xpu()
@@ -23,20 +21,17 @@ def test_model_parallel_mesh_on_xpu_without_device_binding(simulated_xpu, record
     assert names.index("set_device") < names.index("init_process_group")
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_unpatched_model_parallel_binds_the_process_group(simulated_xpu, recorded_process_group, namespace,
                                                           side) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     strategy = xpu_strategy(namespace, side, "ModelParallelStrategy")
+    require_feature("process_group_device_id", package_of(namespace, side))
     bound = init_kwargs(strategy, side, "ModelParallelStrategy", pg, unpatched=True)
-    if "device_id" not in bound:
-        pytest.skip("this Lightning binds no device_id (it started in 2.5.5): nothing to undo")
     assert bound["device_id"] == torch.device("xpu", 1)
 
 
-@NAMESPACES
-@SIDES
+@NAMESPACE_SIDES
 def test_model_parallel_on_ccl_opens_the_object_group(simulated_xpu, recorded_process_group, namespace,
                                                       side) -> None:
     pg = recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)

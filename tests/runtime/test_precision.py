@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _connector_helpers import APIS, TRAINERS, build, unpatched
+from lightning_grid import APIS, TRAINERS, build, unpatched
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu.precision import fsdp_precision_class, mixed_precision_class

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
+from lightning_grid import TRAINER_NAMESPACES
 from torch.profiler import ProfilerActivity
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, Namespace
+from lightning_xpu._namespaces import LIGHTNING, Namespace
 from lightning_xpu._patching import original_of
-
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
 
 
 def profiler_class(namespace: Namespace) -> type:

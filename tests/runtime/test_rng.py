@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lightning_grid import FABRIC_NAMESPACE_LIST, TRAINER_NAMESPACE_LIST, TRAINER_NAMESPACES
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, STANDALONE_FABRIC, Namespace
+from lightning_xpu._namespaces import LIGHTNING, Namespace
 from lightning_xpu._patching import original_of
 from lightning_xpu.rng import XPU_KEY
-
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
 
 
 def draw(sim) -> list[float]:
@@ -25,9 +24,9 @@ def draw(sim) -> list[float]:
 def seed_modules() -> list[object]:
     """Every module holding `_collect_rng_states`/`_set_rng_states`, in both namespaces."""
     return [
-        *(ns.fabric_module(name) for ns in (LIGHTNING, STANDALONE_FABRIC)
+        *(ns.fabric_module(name) for ns in FABRIC_NAMESPACE_LIST
           for name in ("utilities.seed", "strategies.launchers.multiprocessing")),
-        *(ns.pytorch_module(name) for ns in (LIGHTNING, STANDALONE)
+        *(ns.pytorch_module(name) for ns in TRAINER_NAMESPACE_LIST
           for name in ("utilities.seed", "strategies.launchers.multiprocessing")),
     ]
 

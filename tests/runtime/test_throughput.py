@@ -9,15 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from simulated_trainer import trainer_on
+from lightning_grid import FABRIC_NAMESPACES, TRAINER_NAMESPACES, trainer_on
 
 import lightning_xpu  # noqa: F401  (applies the patches)
-from lightning_xpu._namespaces import LIGHTNING, STANDALONE, STANDALONE_FABRIC, Namespace
+from lightning_xpu._namespaces import LIGHTNING, Namespace
 from lightning_xpu._patching import original_of
 from lightning_xpu.flops import FlopsUnknown, peak_flops
 
-TRAINER_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE], ids=lambda ns: ns.pytorch)
-FABRIC_NAMESPACES = pytest.mark.parametrize("namespace", [LIGHTNING, STANDALONE_FABRIC], ids=lambda ns: ns.fabric)
 MAX_1550 = "Intel(R) Data Center GPU Max 1550"
 XPU0 = torch.device("xpu", 0)
 
@@ -68,13 +66,6 @@ def test_get_available_flops_on_a_max_1550_tile(simulated_xpu, namespace: Namesp
     simulated_xpu()
     flops = namespace.fabric_module("utilities.throughput").get_available_flops(XPU0, torch.bfloat16)
     assert flops == peak_flops(MAX_1550, 512, torch.bfloat16, tf32_matmul=False)
-
-
-def test_get_available_flops_follows_the_float32_matmul_precision(simulated_xpu, monkeypatch) -> None:
-    simulated_xpu()
-    get_available_flops = LIGHTNING.fabric_module("utilities.throughput").get_available_flops
-    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
-    assert get_available_flops(XPU0, torch.float32) == peak_flops(MAX_1550, 512, torch.float32, tf32_matmul=True)
 
 
 def test_unknown_xpu_warns_and_reports_no_flops(simulated_xpu) -> None:

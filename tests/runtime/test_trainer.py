@@ -13,13 +13,12 @@ from unittest import mock
 
 import pytest
 import torch
-from _connector_helpers import TRAINERS, build
+from lightning_grid import QUIET, TRAINERS, build
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu._patching import original_of
 
 PACKAGES = [api.values[1] for api in TRAINERS]
-QUIET = {"enable_progress_bar": False, "enable_model_summary": False}
 
 
 @pytest.fixture
@@ -88,8 +87,8 @@ def test_device_stats_monitor_logs_xpu_memory(simulated_xpu, tmp_path, package) 
     pl = importlib.import_module(package)
     logger = pl.loggers.CSVLogger(tmp_path)
     monitor = pl.callbacks.DeviceStatsMonitor()
-    trainer = pl.Trainer(accelerator="xpu", devices=1, logger=logger, callbacks=[monitor], log_every_n_steps=1,
-                         **QUIET)
+    trainer = pl.Trainer(accelerator="xpu", devices=1, callbacks=[monitor], log_every_n_steps=1,
+                         **{**QUIET, "logger": logger})
     assert trainer.strategy.root_device == torch.device("xpu", 0)
     model = _boring_model(package)()
     monitor.setup(trainer, model, "fit")
@@ -115,8 +114,7 @@ def xpu_checkpoint(request, tmp_path_factory) -> tuple[str, Path, dict[str, torc
     pl = importlib.import_module(package)
     root = tmp_path_factory.mktemp("checkpoint")
     model = _boring_model(package)()
-    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                         default_root_dir=root, **QUIET)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, default_root_dir=root, **QUIET)
     trainer.fit(model)
     path = root / "xpu.ckpt"
     with mock.patch.object(torch.serialization, "location_tag", lambda storage: "xpu:0"):
@@ -146,8 +144,7 @@ def test_load_from_checkpoint_without_xpu(xpu_checkpoint) -> None:
 def test_trainer_resumes_from_an_xpu_checkpoint_without_xpu(xpu_checkpoint, tmp_path) -> None:
     package, path, _ = xpu_checkpoint
     pl = importlib.import_module(package)
-    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
-                         default_root_dir=tmp_path, **QUIET)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, default_root_dir=tmp_path, **QUIET)
     trainer.fit(_boring_model(package)(), ckpt_path=path)
     assert trainer.global_step == 2  # one step restored, one more taken
 

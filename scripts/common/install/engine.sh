@@ -818,13 +818,16 @@ sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
 	fi
 	_lxpu_installer_wheel "$build" "$wheels"
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
-		_lxpu_installer_install "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
+		_lxpu_installer_install --no-deps "$wheels/lightning_xpu-$(_lxpu_package_version)-py3-none-any.whl"
 		return 0
 	fi
 	rm -rf "$build"
 	local wheel=("$wheels"/lightning_xpu-*.whl)
 	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
-	_lxpu_installer_install "${wheel[0]}"
+	# --no-deps: its dependencies (torch, packaging) came with the pins or the base Python, and the smoke job's
+	# `pip check` proves it. Resolving them again here could replace the base Python's torch (uv does not see
+	# packages reached through the base venv's .pth file) with another build from the indexes.
+	_lxpu_installer_install --no-deps "${wheel[0]}"
 }
 
 # The recipe's pinned build tools (LXPU_BUILD_TOOLS), with the lock's hashes when the recipe has a lock.
@@ -853,8 +856,12 @@ _lxpu_enable_hook() {
 	printf '%s\n' 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")' |
 		_lxpu_write_new "$_lxpu_site_packages/lightning_xpu-autoload.pth"
 	lxpu_site_env | _lxpu_write_new "$_lxpu_env/lightning-xpu-site.sh"
-	# shellcheck disable=SC2086
-	{ [[ -z "$LXPU_SITE_MODULES" ]] || printf '%s\n' $LXPU_SITE_MODULES; } |
+	# The modules the module and setup script load: the site's, and the one that gave the venv its Python.
+	local modules=()
+	read -r -a modules <<<"$LXPU_SITE_MODULES"
+	[[ -z "$LXPU_SITE_PYTHON_MODULE" || "$_lxpu_env_manager" != venv || -n "$_lxpu_base_python" ]] ||
+		modules+=("$LXPU_SITE_PYTHON_MODULE")
+	{ ((${#modules[@]} == 0)) || printf '%s\n' "${modules[@]}"; } |
 		_lxpu_write_new "$_lxpu_env/lightning-xpu-site-modules.txt"
 	_lxpu_run cp "$_lxpu_source/scripts/common/smoke.py" "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
 }

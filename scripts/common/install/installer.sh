@@ -26,6 +26,14 @@ _lxpu_installer_validate() {
 		_lxpu_installer_why="--installer pip"
 		return 0
 	}
+	# Over --base-python the environment reuses the base's packages, which pip sees (through the .pth file that
+	# points at a base venv, too) and uv does not: uv would resolve torch again and install another build.
+	if [[ -n "$_lxpu_base_python" ]]; then
+		[[ "$_lxpu_installer" != uv ]] ||
+			_lxpu_bad_input "--installer uv cannot build over --base-python (uv does not see the base Python's packages): drop one of them"
+		_lxpu_installer=pip _lxpu_installer_why="--base-python: pip sees the base Python's packages, uv does not"
+		return 0
+	fi
 	local lock="$_lxpu_source/$_LXPU_UV_LOCK"
 	[[ -f "$lock" ]] || _lxpu_bad_input "$lock is missing: pass the repository with --source, or --installer pip"
 	_lxpu_uv_version="$(sed -n 's/^uv==\([^ \\]*\).*/\1/p' "$lock")"
@@ -177,6 +185,20 @@ _lxpu_installer_wheel() {
 	_lxpu_uv_checked build --quiet --wheel --no-build-isolation --python "$_lxpu_py" --out-dir "$2" "$1"
 }
 
+# uv's own reason, on one line: an unsatisfiable pin says why under "No solution found" (the line after "╰─▶");
+# anything else is "error: ..." followed by its causes, the last one the most specific.
+_lxpu_uv_reason() {
+	local why
+	why="$(grep -m 1 '╰─▶' "$1" | sed 's/^.*╰─▶ *//' || true)"
+	if [[ -z "$why" ]]; then
+		why="$(sed -n 's/^error: //p' "$1" | head -n 1)"
+		local cause
+		cause="$(sed -n 's/^ *\(cause\|Caused by\): //p' "$1" | tail -n 1)"
+		why="$why${cause:+ ($cause)}"
+	fi
+	[[ -z "$why" ]] || printf ': %s' "$why"
+}
+
 _lxpu_uv_checked() {
 	local out="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.uv-output" status=0 why
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
@@ -185,8 +207,7 @@ _lxpu_uv_checked() {
 	fi
 	_lxpu_uv_run "$@" 2>&1 | tee "$out" || status=$?
 	if [[ "$status" != 0 ]]; then
-		why="$(grep -E '^(error|  Caused by):' "$out" | tail -n 1 || true)"
-		_lxpu_fail_reason="uv $1 $2 failed (exit $status)${why:+: ${why#*: }}"
+		_lxpu_fail_reason="uv $1 $2 failed (exit $status)$(_lxpu_uv_reason "$out")"
 	fi
 	rm -f "$out"
 	return "$status"

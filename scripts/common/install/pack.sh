@@ -267,6 +267,9 @@ _lxpu_pack_tar() {
 	if [[ "$with_base" == 1 ]]; then
 		mkdir -p "$overlay/bin" "$overlay/lib"
 		cp -p "$_lxpu_pack_base_exe" "$overlay/bin/$py"
+		# python and python3 name it relatively (uv's venvs link python to the base and python3.X to python).
+		ln -s "$py" "$overlay/bin/python"
+		ln -s "$py" "$overlay/bin/python3"
 		mkdir -p "$overlay/lib/$py"
 		cp -Rp "$_lxpu_pack_base_stdlib/lib-dynload" "$overlay/lib/$py/"
 		[[ -z "$_lxpu_pack_base_libpython" ]] || cp -p "$_lxpu_pack_base_libpython" "$overlay/lib/"
@@ -278,8 +281,8 @@ _lxpu_pack_tar() {
 			# The base's standard library as lib/pythonX.Y/ of the copy; its own site-packages stay out (the
 			# environment's are the ones wanted), as does its test suite.
 			-C "$(dirname "$_lxpu_pack_base_stdlib")" "--exclude=$py/site-packages" "--exclude=$py/dist-packages"
-			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py/,./lib/$py/," "$py/"
-			--exclude=./pyvenv.cfg "--exclude=./bin/$py")
+			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py\(/\|\$\),./lib/$py\1," "$py/"
+			--exclude=./pyvenv.cfg "--exclude=./bin/$py" --exclude=./bin/python --exclude=./bin/python3)
 	fi
 	members+=(-C "$_lxpu_env" --exclude=./share/lightning-xpu/pack .)
 	_lxpu_say "+ tar -c ... | ${_lxpu_pack_compress[*]} > $(_lxpu_quote "$dir/env.$_lxpu_pack_format") ($([[ "$with_base" == 1 ]] && echo "the environment and the base interpreter $_lxpu_pack_base_exe" || echo "the environment; the base interpreter stays shared"))"

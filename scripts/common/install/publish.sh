@@ -134,13 +134,15 @@ _lxpu_lease_live() {
 	if [[ "$job" == slurm:* && -n "$cluster" && "$cluster" != "$(_lxpu_slurm_cluster)" ]]; then
 		what="Slurm job ${job#slurm:} of cluster $cluster, not this one"
 		job=""
+	elif [[ "$job" == slurm:* ]] && ! command -v squeue >/dev/null; then
+		what="Slurm job ${job#slurm:}, no squeue here to ask"
+		job=""
+	elif [[ "$job" == pbs:* ]] && ! command -v qstat >/dev/null; then
+		what="PBS job ${job#pbs:}, no qstat here to ask"
+		job=""
 	fi
 	case "$job" in
 	slurm:*)
-		if ! command -v squeue >/dev/null; then
-			printf 'Slurm job %s on %s (no squeue here to ask: treated as live)' "${job#slurm:}" "$host"
-			return 0
-		fi
 		status=0
 		out="$(squeue -h -j "${job#slurm:}" -o %T 2>&1)" || status=$?
 		if [[ "$status" == 0 && -n "$out" ]]; then
@@ -154,10 +156,6 @@ _lxpu_lease_live() {
 		return 0
 		;;
 	pbs:*)
-		if ! command -v qstat >/dev/null; then
-			printf 'PBS job %s on %s (no qstat here to ask: treated as live)' "${job#pbs:}" "$host"
-			return 0
-		fi
 		status=0
 		out="$(qstat "${job#pbs:}" 2>&1)" || status=$?
 		if [[ "$status" == 0 ]]; then

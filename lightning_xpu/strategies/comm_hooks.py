@@ -16,7 +16,7 @@ from lightning_xpu._patching import wrap
 from lightning_xpu.device import is_xpu_device
 
 
-def _hook_registration_for(namespace: Namespace) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register_hooks_on_xpu(namespace: Namespace) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def _register_ddp_hooks(self: Any) -> None:
             if not is_xpu_device(self.root_device):
@@ -37,4 +37,4 @@ def _hook_registration_for(namespace: Namespace) -> Callable[[Callable[..., Any]
 
 def apply_pytorch(namespace: Namespace) -> None:
     ddp_strategy = namespace.pytorch_module("strategies.ddp").DDPStrategy
-    wrap(ddp_strategy, "_register_ddp_hooks", _hook_registration_for(namespace))
+    wrap(ddp_strategy, "_register_ddp_hooks", register_hooks_on_xpu(namespace))

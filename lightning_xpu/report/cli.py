@@ -1,0 +1,157 @@
+"""`lightning-xpu` (also `python -m lightning_xpu`): doctor, validate and report.
+
+  doctor    the full picture: torch build and version, variant, devices and their properties, driver, relevant
+            environment variables, XCCL/ccl availability, the launcher detected, and why XPU cannot be used
+  validate  the site validation job's checks; writes a JSON report (schema: lightning_xpu/report/schema.json)
+            and a Markdown one; exit status 1 when a check failed
+  report    the patch report: which Lightning patches were expected and applied (as lightning_xpu.report())
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, Report
+
+
+def doctor_report() -> Report:
+    """What the doctor prints, as a report (kind "doctor"). Asks torch for XPU devices: the user asked."""
+    from lightning_xpu.report import diagnose
+    from lightning_xpu.report.checks import patch_rows
+    from lightning_xpu.report.model import relevant_environment, versions
+
+    found = versions()
+    found.update(diagnose.driver_facts())
+    report = Report("doctor", found, environment=relevant_environment())
+    reason = diagnose.unusable_reason()
+    if reason is None:
+        import torch
+
+        count = int(torch.xpu.device_count())
+        report.devices = diagnose.device_facts(count)
+        found["driver_version"] = str(report.devices[0].get("driver_version")) if report.devices else None
+        report.checks.append(Check("xpu_usable", PASS, f"{count} XPU device(s): {report.devices[0]['name']}"))
+    else:
+        report.checks.append(Check("xpu_usable", FAIL, reason.replace(" " + diagnose.DOCTOR_HINT, "")))
+    backend, how = diagnose.collective_backend()
+    found["xpu_collective_backend"] = backend
+    if backend is not None:
+        report.checks.append(Check("xpu_collectives", PASS, f"{backend}: {how}"))
+    else:
+        report.checks.append(Check("xpu_collectives", SKIP if reason else FAIL,
+                                   ("no Intel GPU; " if reason else "") + how))
+    launch = diagnose.launcher_facts()
+    where = f" in {launch['scheduler']} job {launch['job']}" if launch["job"] else ""
+    report.checks.append(Check("launcher", PASS, (launch["launcher"] or "none: a single process, Lightning starts"
+                                                  " the ranks") + where))
+    rows = patch_rows()
+    if rows is None:
+        report.checks.append(Check("patches", SKIP, "lightning_xpu.versions.patch_status is not in this build"))
+    else:
+        missing = [row.name for row in rows if row.expected and not row.applied]
+        report.checks.append(Check("patches", FAIL if missing else PASS,
+                                   f"expected but not applied: {', '.join(missing)}" if missing
+                                   else f"{sum(r.applied for r in rows)} applied"))
+    return report
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from lightning_xpu.report.markdown import render
+
+    report = doctor_report()
+    if args.json:
+        report.write(args.json)
+    print(render(report.to_dict()))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from lightning_xpu.report.checks import CHECKS, Context, run_checks
+    from lightning_xpu.report.diagnose import device_facts
+    from lightning_xpu.report.model import relevant_environment, versions
+
+    if args.list:
+        for spec in CHECKS:
+            print(f"{spec.name:24} {'XPU ' if spec.needs_xpu else 'any '} {spec.summary}")
+        return 0
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = args.json or Path(f"lightning-xpu-validation-{stamp}.json")
+    markdown_path = args.markdown or json_path.with_suffix(".md")
+    only = [name for name in (args.only or "").split(",") if name]
+    unknown = sorted(set(only) - {spec.name for spec in CHECKS})
+    if unknown:
+        print(f"lightning-xpu validate: unknown check(s) {', '.join(unknown)}; known:"
+              f" {', '.join(spec.name for spec in CHECKS)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="lxpu-validate-") as work:
+        context = Context.detect(Path(work), nodes=args.nodes)
+        context.launchers = tuple(name for name in args.launchers.split(",") if name)
+        if args.devices is not None and context.xpu:
+            context.devices = min(args.devices, context.devices)
+
+        def progress(result: Check) -> None:
+            print(f"validate: {result.name}: {result.status} ({result.seconds:.1f} s): {result.reason}", flush=True)
+
+        checks = run_checks(context, only, progress)
+    found = versions()
+    from lightning_xpu.report.diagnose import driver_facts
+
+    found.update(driver_facts())
+    report = Report("validation", found, checks=checks, environment=relevant_environment())
+    if context.xpu:
+        from lightning_xpu.report.diagnose import collective_backend
+
+        found["xpu_collective_backend"] = collective_backend()[0]
+        report.devices = device_facts(context.devices)
+        report.notes.append(f"{context.nodes} node(s), {context.devices} device(s) per node")
+    else:
+        report.notes.append(context.unusable)
+    report.write(json_path, markdown_path)
+    summary = report.summary()
+    print(f"validate: {summary[PASS]} passed, {summary[FAIL]} failed, {summary[SKIP]} skipped;"
+          f" report: {json_path} and {markdown_path}")
+    return 0 if report.ok else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from lightning_xpu.report.patches import print_patch_report
+
+    print_patch_report()
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lightning-xpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{doctor,validate,report}")
+    doctor = sub.add_parser("doctor", help="print the full picture of this machine and environment")
+    doctor.add_argument("--json", type=Path, help="also write the doctor report as JSON")
+    doctor.set_defaults(run=cmd_doctor)
+    validate = sub.add_parser("validate", help="run the site validation checks; write JSON + Markdown")
+    validate.add_argument("--json", type=Path, help="JSON report (default ./lightning-xpu-validation-<date>.json)")
+    validate.add_argument("--markdown", type=Path, help="Markdown report (default: the JSON path with .md)")
+    validate.add_argument("--nodes", type=int, default=1, help="nodes of the allocation to use (1 or 2)")
+    validate.add_argument("--devices", type=int, help="devices per node to use (default: all visible)")
+    validate.add_argument("--launchers", default="srun,mpiexec", help="site launchers to try (default srun,mpiexec)")
+    validate.add_argument("--only", help="comma-separated check names (see --list)")
+    validate.add_argument("--list", action="store_true", help="list the checks and exit")
+    validate.set_defaults(run=cmd_validate)
+    report = sub.add_parser("report", help="print the patch report (as lightning_xpu.report())")
+    report.set_defaults(run=cmd_report)
+    args = parser.parse_args(argv)
+    if getattr(args, "nodes", 1) < 1:
+        parser.error("--nodes must be 1 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

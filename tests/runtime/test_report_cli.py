@@ -1,0 +1,75 @@
+"""`lightning-xpu doctor`, `report` and `validate`'s argument handling (in-process; the job runs in
+test_report_job.py). Here: the CPU build of PyTorch, no Intel GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_xpu.report import FAIL, PASS, SKIP
+from lightning_xpu.report.checks import CHECKS
+from lightning_xpu.report.cli import main
+from lightning_xpu.report.schema import check_report
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_doctor_prints_the_full_picture(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    monkeypatch.setenv("ZE_FLAT_DEVICE_HIERARCHY", "FLAT")
+    assert main(["doctor", "--json", str(tmp_path / "d.json")]) == 0
+    shown = capsys.readouterr().out
+    data = json.loads((tmp_path / "d.json").read_text())
+    check_report(data)
+    checks = {check["name"]: check for check in data["checks"]}
+    assert checks["xpu_usable"]["status"] == FAIL
+    assert checks["xpu_usable"]["reason"].startswith("XPU cannot be used: PyTorch ")
+    assert "doctor" not in checks["xpu_usable"]["reason"]  # no "run the doctor" inside the doctor
+    assert checks["xpu_collectives"]["status"] == SKIP and checks["launcher"]["status"] == PASS
+    assert data["environment"]["ZE_FLAT_DEVICE_HIERARCHY"] == "FLAT"
+    for text in ("# lightning-xpu doctor report", "| torch_build | cpu |", "| variant |", "| level_zero_loader |",
+                 "| `xpu_collectives` | skipped |", "ZE_FLAT_DEVICE_HIERARCHY=FLAT"):
+        assert text in shown
+
+
+def test_doctor_on_a_simulated_xpu_lists_the_devices(simulated_xpu, capsys, monkeypatch) -> None:
+    simulated_xpu(devices=2, xccl=True)
+    assert main(["doctor"]) == 0
+    shown = capsys.readouterr().out
+    assert "| `xpu_usable` | passed | 2 XPU device(s): Simulated Intel(R) Data Center GPU Max 1550 |" in shown
+    assert "| `xpu_collectives` | passed | xccl: built into PyTorch" in shown
+    assert "## Devices" in shown and "| 1 | Simulated Intel(R) Data Center GPU Max 1550 |" in shown
+
+
+def test_validate_refuses_an_unknown_check(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "--only", "bogus,runtime"]) == 2
+    assert capsys.readouterr().err.startswith("lightning-xpu validate: unknown check(s) bogus; known: runtime,")
+    assert not list(tmp_path.iterdir())
+
+
+def test_validate_lists_the_checks(capsys) -> None:
+    assert main(["validate", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [spec.name for spec in CHECKS]
+
+
+def test_the_patch_report_and_its_public_function(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = subprocess.run([sys.executable, "-m", "lightning_xpu", "report"], env=env, capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+    code = "import lightning_xpu; lightning_xpu.report()"
+    function = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+    assert command.returncode == 0 and function.returncode == 0, command.stderr + function.stderr
+    assert command.stdout.startswith("lightning_xpu 0.") and function.stdout == command.stdout
+
+
+def test_the_console_script_is_declared() -> None:
+    project = (REPO / "pyproject.toml").read_text()
+    assert '\n[project.scripts]\nlightning-xpu = "lightning_xpu.report.cli:main"\n' in project
+    assert '\n"lightning_xpu.report" = ["schema.json"]\n' in project
