@@ -117,9 +117,9 @@ required).
 LIGHTNING_XPU_PACK=0: no packed image for node-local staging (lightning-xpu-stage); LIGHTNING_XPU_PACK_FORMAT
 tar.zst or tar.gz (default: tar.zst where zstd exists).
 Builds are never deleted by an install: only --prune and --uninstall remove them, and never one that a job
-uses (module load and the setup script record a lease in <prefix>/.leases).
-Exit status: 0 installed, already installed, or the action done (after publishing, a failed clean-up is a
-WARNING, not a failure: the new build is live), 1 a step failed (see the log), 2 bad input.
+uses (module load and the setup script record a lease in <prefix>/.leases). After publishing, a failed
+clean-up is a WARNING, not a failure: the new build is live.
+Exit status: 0 installed, already installed, or the action done; 1 a step failed (see the log); 2 bad input.
 EOF
 }
 
