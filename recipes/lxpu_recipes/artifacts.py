@@ -12,7 +12,7 @@ from typing import Any
 
 from .envnames import names_set_in
 from .errors import RecipeError
-from .matrix import Version
+from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
 from .recipes import ENGINE, Recipes
 from .sites import Site
 from .templating import make_environment, render
@@ -125,9 +125,27 @@ class Renderer:
             "conda_channels": self.recipes.matrix.conda_channels,
         }
 
+    def _check_shared_code(self) -> None:
+        """The names the modulefile body and the setup library set (they are written by hand)."""
+        for relative in (MODULEFILE_BODY, SETUP_LIBRARY):
+            text = (self.recipes.repo_root / relative).read_text()
+            for name in sorted(set(names_set_in(text))):
+                self.recipes.known.check(name, relative)
+
+    def _entry_point_context(self, version: Version, variant: str) -> dict[str, Any]:
+        """The data of a thin modulefile and setup script; their code is the body and library they call."""
+        return {
+            "version": version,
+            "variant": version.variants[variant],
+            "tag": version.tag(variant),
+            "names": version.names(variant),
+            "install_job": install_script(version.minor),
+            "body_contract": self.recipes.body_contract(),
+            "setup_contract": self.recipes.library_contract(),
+        }
+
     def modulefile(self, version: Version, variant: str) -> Artifact:
-        context = {"version": version, "variant": version.variants[variant], "tag": version.tag(variant)}
-        text = self._render("modulefile.lua.j2", context)
+        text = self._render("modulefile.lua.j2", self._entry_point_context(version, variant))
         self._check_names("modulefile.lua.j2", text)
         return Artifact(version.names(variant).modulefile, text, False, True)
 
@@ -152,7 +170,11 @@ class Renderer:
         chosen = variants if variants is not None else list(version.variants)
         per_variant = {name: self._variant_context(version, name, site) for name in version.variants}
         ymls = {n: self._render("environment.yml.j2", c) for n, c in per_variant.items()}
-        setups = {c["tag"]: self._render("lightning-setup.sh.j2", c) for c in per_variant.values()}
+        setups = {
+            version.tag(n): self._render("lightning-setup.sh.j2", self._entry_point_context(version, n))
+            for n in version.variants
+        }
+        self._check_shared_code()
         requirement_files = {n: self._render("requirements.txt.j2", c) for n, c in per_variant.items()}
         site_env = self._render("site-env.sh.j2", {"site": site})
         self._check_names("site-env.sh.j2", site_env)
@@ -169,6 +191,11 @@ class Renderer:
                 "contract": self.recipes.engine_contract(),
                 "conda_channels": self.recipes.matrix.conda_channels,
                 "variants": [self._job_variant(version, n, site) for n in version.variants],
+                "shared_code": {
+                    "modulefile_body": MODULEFILE_BODY,
+                    "setup_library": SETUP_LIBRARY,
+                    "setup_library_name": SETUP_LIBRARY_NAME,
+                },
                 "site_env": site_env.splitlines(),
                 "site_modules": site_modules,
                 "modules_left_out": modules_left_out,

@@ -11,6 +11,7 @@ from typing import NoReturn
 from .artifacts import Renderer
 from .errors import RecipeError
 from .locking import LockRequest, lock, stale_locks
+from .matrix import SETUP_LIBRARY
 from .outputs import broken, drift, remove_stale, render_selection, write_artifacts
 from .recipes import ENGINE, Recipes, load_recipes
 
@@ -160,7 +161,7 @@ def _cmd_render(recipes: Recipes, args: argparse.Namespace) -> int:
 def _cmd_check(recipes: Recipes) -> int:
     renderer = Renderer(recipes)
     everything = render_selection(renderer, recipes.select_versions(None), recipes.select_sites(None), None)
-    faults = broken(everything, recipes.repo_root / ENGINE, ENGINE)
+    faults = broken(everything, recipes.repo_root, [ENGINE, SETUP_LIBRARY])
     problems = drift(recipes.repo_root, everything) + stale_locks(recipes)
     for line in faults:
         print(f"broken: {line}")
@@ -168,7 +169,8 @@ def _cmd_check(recipes: Recipes) -> int:
         print(f"drift: {line}")
     if faults:
         print(
-            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/) or {ENGINE}",
+            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/) or {ENGINE}, "
+            f"or {SETUP_LIBRARY}",
             file=sys.stderr,
         )
     if problems:
@@ -181,7 +183,7 @@ def _cmd_check(recipes: Recipes) -> int:
         return 1
     print(
         f"ok: {sum(a.committed for a in everything)} committed renders and the locks match the recipes; "
-        f"no empty artifact; bash -n passes on every rendered script and {ENGINE}"
+        f"no empty artifact; bash -n passes on every rendered script, {ENGINE} and {SETUP_LIBRARY}"
     )
     return 0
 

@@ -30,6 +30,13 @@ def tag_of(minor: str, variant: str) -> str:
     return minor if variant == "xpu" else f"{minor}-{variant}"
 
 
+# The code behind every thin modulefile and setup script, written by hand (a dot file: Lmod offers no module for
+# it; in a prefix the library is hidden too, since users source the setup scripts).
+MODULEFILE_BODY = "modulefiles/lightning-xpu/.lightning-xpu.lua"
+SETUP_LIBRARY = "scripts/common/setup/lightning-setup.lib.sh"
+SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"
+
+
 @dataclass(frozen=True)
 class TagNames:
     """Every name derived from a tag: in the repository, in an install prefix and for Lmod."""
@@ -58,6 +65,27 @@ class TagNames:
     @property
     def conda_env(self) -> str:
         return f"lightning-xpu-{self.tag}"
+
+    # The shared code that the thin modulefile and setup script call (the same for every tag; the install job
+    # copies it next to them).
+    @property
+    def modulefile_body(self) -> str:
+        """The modulefile body, relative to the repository and to an install prefix."""
+        return MODULEFILE_BODY
+
+    @property
+    def modulefile_body_name(self) -> str:
+        return MODULEFILE_BODY.rsplit("/", 1)[1]
+
+    @property
+    def setup_library(self) -> str:
+        """The setup scripts' library in the repository."""
+        return SETUP_LIBRARY
+
+    @property
+    def setup_library_name(self) -> str:
+        """Its file name in an install prefix, next to the setup scripts."""
+        return SETUP_LIBRARY_NAME
 
 
 def minor_key(minor: str) -> PepVersion:

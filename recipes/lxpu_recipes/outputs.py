@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .artifacts import Artifact, Renderer, repository_modulerc
 from .errors import RecipeError
-from .matrix import Version
+from .matrix import MODULEFILE_BODY, Version
 from .sites import Site
 
 # The committed renders this renderer owns. scripts/common/ is written by hand (the engine, smoke.py), except
@@ -22,7 +22,9 @@ COMMITTED_PATTERNS = (
     "scripts/common/setup/lightning-setup-*.sh",
     "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
 )
-_HAND_WRITTEN = ("scripts/common/install_lightning_", "scripts/common/smoke_lightning_")
+# Written by hand next to the renders: the code the thin modulefiles run (the setup library's name matches no
+# pattern above).
+_HAND_WRITTEN = ("scripts/common/install_lightning_", "scripts/common/smoke_lightning_", MODULEFILE_BODY)
 
 
 def render_selection(
@@ -86,14 +88,15 @@ def remove_stale(repo_root: Path, artifacts: list[Artifact]) -> list[str]:
     return stale
 
 
-def broken(artifacts: list[Artifact], engine: Path, shown_engine: str) -> list[str]:
+def broken(artifacts: list[Artifact], repo_root: Path, hand_written: list[str]) -> list[str]:
     """One line per artifact that cannot be right whatever is committed: an empty one (an empty or broken
-    template), and shell that `bash -n` rejects (the rendered scripts and the engine they source)."""
+    template), and shell that `bash -n` rejects (the rendered scripts and the hand-written shell they source,
+    `hand_written` relative to `repo_root`: the engine, the setup library)."""
     problems = [f"{a.path}: empty" for a in artifacts if not a.content.strip() and not a.may_be_empty]
     with tempfile.TemporaryDirectory(prefix="lxpu-bash-n-") as scratch:
         shells = [a for a in artifacts if a.path.endswith(".sh")]
         write_artifacts(shells, Path(scratch))
-        checked = [(a.path, Path(scratch) / a.path) for a in shells] + [(shown_engine, engine)]
+        checked = [(a.path, Path(scratch) / a.path) for a in shells] + [(h, repo_root / h) for h in hand_written]
         for shown, path in checked:
             if not path.is_file():
                 problems.append(f"{shown}: missing")

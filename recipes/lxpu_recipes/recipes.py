@@ -8,12 +8,15 @@ from pathlib import Path
 
 from .envnames import KnownNames, load_known_names
 from .errors import RecipeError
-from .matrix import VARIANT_NAMES, Matrix, Version, load_matrix
+from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, VARIANT_NAMES, Matrix, Version, load_matrix
 from .sites import Site, load_sites
 
 # The install engine every job sources from the repository, and the line that states its data contract.
 ENGINE = "scripts/common/install/engine.sh"
 _CONTRACT = re.compile(r"^LXPU_ENGINE_CONTRACT=([0-9]+)$", re.MULTILINE)
+# The shared code behind the thin modulefiles and setup scripts, and the lines that state their contracts.
+_BODY_CONTRACT = re.compile(r"^local CONTRACT = ([0-9]+)$", re.MULTILINE)
+_LIBRARY_CONTRACT = re.compile(r"^  local contract=([0-9]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -39,16 +42,32 @@ class Recipes:
         except ValueError:
             return str(path)
 
+    def _contract(self, relative: str, pattern: re.Pattern[str], what: str, line: str) -> str:
+        try:
+            found = pattern.findall((self.repo_root / relative).read_text())
+        except OSError:
+            raise RecipeError(f"{relative}: missing ({what})") from None
+        if len(found) != 1:
+            raise RecipeError(f"{relative}: needs exactly one line {line}")
+        return str(found[0])
+
     def engine_contract(self) -> str:
         """The contract version the engine states; rendered into every job, which refuses another engine."""
-        path = self.repo_root / ENGINE
-        try:
-            found = _CONTRACT.findall(path.read_text())
-        except OSError:
-            raise RecipeError(f"{ENGINE}: missing (the install engine every job sources)") from None
-        if len(found) != 1:
-            raise RecipeError(f"{ENGINE}: needs exactly one line LXPU_ENGINE_CONTRACT=<number>")
-        return str(found[0])
+        return self._contract(
+            ENGINE, _CONTRACT, "the install engine every job sources", "LXPU_ENGINE_CONTRACT=<number>"
+        )
+
+    def body_contract(self) -> str:
+        """The modulefile body's contract; rendered into every modulefile, which refuses another body."""
+        return self._contract(
+            MODULEFILE_BODY, _BODY_CONTRACT, "the code every modulefile runs", "local CONTRACT = <number>"
+        )
+
+    def library_contract(self) -> str:
+        """The setup library's contract; rendered into every setup script, which refuses another library."""
+        return self._contract(
+            SETUP_LIBRARY, _LIBRARY_CONTRACT, "the code every setup script sources", "  local contract=<number>"
+        )
 
     def lock_path(self, minor: str, variant: str) -> Path:
         return self.locks_dir / f"{minor}-{variant}.txt"

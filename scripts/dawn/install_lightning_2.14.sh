@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=3
+LXPU_CONTRACT=4
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=9af8a478e38f436a5a5097443e040ea16c9ca3ebb3f29c5add6c7c6302194dde
+LXPU_RECIPE_HASH=2f750f67a6f91bb333950fd778c169f24cd91dd1b1a28b71d6dc4466bed40d5f
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -67,6 +67,10 @@ LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.14-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.14-cuda
+# The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
+LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
+LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh
+LXPU_SETUP_LIB_NAME=.lightning-setup.lib.sh
 }
 
 # ---- repository locator: the engine, lightning_xpu, modulefiles, setup scripts and locks are read from the

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=3
+LXPU_CONTRACT=4
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=8a0ed08893649958e5f4a6f77bf77b25c558e29e0c2dcae1bf45fa8074982dc2
+LXPU_RECIPE_HASH=86139f78afdaabb0b84dc142555afd00e79a825b9c10f585cf43a85b35f8f410
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -56,6 +56,10 @@ LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.13-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.13-cuda
+# The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
+LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
+LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh
+LXPU_SETUP_LIB_NAME=.lightning-setup.lib.sh
 }
 
 # ---- repository locator: the engine, lightning_xpu, modulefiles, setup scripts and locks are read from the

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=3
+LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=3c71d2d87028cf0081b3be5d7a0004962483b284f7142e415438d91825a36f15
+LXPU_RECIPE_HASH=f2855e9f8811af37f72fb725578f8bcb102c0ff62c3ae68ed5b8dd3a09c776d7
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -56,6 +56,10 @@ LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.6-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.6-cuda
+# The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
+LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
+LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh
+LXPU_SETUP_LIB_NAME=.lightning-setup.lib.sh
 }
 
 # ---- repository locator: the engine, lightning_xpu, modulefiles, setup scripts and locks are read from the

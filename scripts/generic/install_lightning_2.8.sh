@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=3
+LXPU_CONTRACT=4
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=34de9620c4e350d5a4230d39dd9cee0e28b0b8e823cde28a08e27ab8483f0f0f
+LXPU_RECIPE_HASH=6ef1b6e5e3cd311769af15cc27d3eb43077e65e2fd24a5a98473a0e8eff46290
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -56,6 +56,10 @@ LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.8-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.8-cuda
+# The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
+LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
+LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh
+LXPU_SETUP_LIB_NAME=.lightning-setup.lib.sh
 }
 
 # ---- repository locator: the engine, lightning_xpu, modulefiles, setup scripts and locks are read from the

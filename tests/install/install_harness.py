@@ -32,6 +32,20 @@ PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
 # The engine's step count, read from the engine (one place for it): steps are "[n/N] name ...".
 STEP_TOTAL = int(re.search(r"_lxpu_step_total=(\d+)", (REPO / "scripts/common/install/engine.sh").read_text())[1])
+# The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (names
+# read from recipes/lxpu_recipes/matrix.py, their one place).
+_NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
+MODULEFILE_BODY = re.search(r'^MODULEFILE_BODY = "(.+)"$', _NAMES, re.MULTILINE)[1]
+SETUP_LIBRARY_NAME = re.search(r'^SETUP_LIBRARY_NAME = "(.+)"$', _NAMES, re.MULTILINE)[1]
+SETUP_LIBRARY = re.search(r'^SETUP_LIBRARY = "(.+)"$', _NAMES, re.MULTILINE)[1]
+
+
+def add_shared_code(prefix: Path) -> None:
+    """The modulefile body and setup library of the repository, where the install job writes them in a prefix."""
+    (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
+    shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
+
 STEP_MARKERS = {
     "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
     "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
@@ -303,7 +317,13 @@ class Snapshot:
 
 
 def entry_point_paths(prefix: Path) -> list[Path]:
-    return [prefix / f"lightning-setup-{TAG}.sh", prefix / "modulefiles" / "lightning-xpu" / f"{TAG}.lua"]
+    """The setup script and modulefile, and the shared code they call."""
+    return [
+        prefix / f"lightning-setup-{TAG}.sh",
+        prefix / "modulefiles" / "lightning-xpu" / f"{TAG}.lua",
+        prefix / SETUP_LIBRARY_NAME,
+        prefix / MODULEFILE_BODY,
+    ]
 
 
 def visible_entries(prefix: Path) -> tuple[str, ...]:

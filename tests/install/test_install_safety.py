@@ -401,6 +401,8 @@ def test_uninstall_keeps_builds_in_use_and_other_versions(
     for gone in (h.TAG, f"lightning-setup-{h.TAG}.sh", f"modulefiles/lightning-xpu/{h.TAG}.lua"):
         assert not (prefix / gone).exists() and not (prefix / gone).is_symlink(), gone
     assert target(prefix, "2.13") == other_build and (prefix / "lightning-setup-2.13.sh").is_file()
+    # The other version keeps the shared code its modulefile and setup script call.
+    assert (prefix / h.MODULEFILE_BODY).is_file() and (prefix / h.SETUP_LIBRARY_NAME).is_file()
     # No run resurrects the removed tag from the build kept for the running job.
     assert run(pre, prefix, "--prune", "--keep", "0").returncode == 0
     assert not (prefix / h.TAG).is_symlink() and b in builds(prefix)

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import install_harness as h
 import pytest
 
 from tests.conftest import require_service
@@ -258,6 +259,7 @@ def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, t
     (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
     (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
         (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    h.add_shared_code(prefix)  # the code both call
     if entry == "module":
         lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
         require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")

@@ -12,8 +12,10 @@ import pytest
 # recipe_helpers puts recipes/ on sys.path, so it is imported before anything from lxpu_recipes.
 from recipe_helpers import (
     ENGINE_DIR,
+    MODULEFILE_BODY,
     RECIPES,
     REPO,
+    SETUP_LIBRARY,
     Recipes,
     Rendered,
     Renderer,
@@ -43,11 +45,14 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 @pytest.fixture
 def temp_recipes(tmp_path: Path) -> Iterator[Path]:
-    """A repository root holding a copy of recipes/ and the install engine (whose contract the jobs carry),
-    safe to edit."""
+    """A repository root holding a copy of recipes/, the install engine (whose contract the jobs carry) and the
+    modulefile body and setup library (whose contracts the modulefiles and setup scripts carry), safe to edit."""
     root = tmp_path / "repo"
     shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
     shutil.copytree(REPO / ENGINE_DIR, root / ENGINE_DIR, ignore=_IGNORE)
+    for shared in (MODULEFILE_BODY, SETUP_LIBRARY):
+        (root / shared).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / shared, root / shared)
     yield root
 
 

@@ -7,7 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipe_helpers import Rendered
+from recipe_helpers import MODULEFILE_BODY, REPO, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Rendered
 
 # Empty modulefiles standing in for the real site modules (rhel9/default-dawn exists only on Dawn).
 STAND_IN_DIR = "site-module-stand-ins"
@@ -47,7 +47,15 @@ def make_install(rendered: Rendered, prefix: Path, tag: str, site: str, conda: b
     shutil.copy(rendered.path(f"modulefiles/lightning-xpu/{tag}.lua"), modulefiles / f"{tag}.lua")
     setup = rendered.path(f"envs/{site}/{tag}/lightning-setup-{tag}.sh")
     shutil.copy(setup, prefix / f"lightning-setup-{tag}.sh")
+    add_shared_code(prefix)
     return FakeInstall(prefix, tag, root, conda, build)
+
+
+def add_shared_code(prefix: Path) -> None:
+    """The code the thin modulefiles and setup scripts call, where the install job puts it."""
+    (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
+    shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
 
 
 def make_stand_ins(directory: Path, modules: set[str]) -> Path:

@@ -18,12 +18,23 @@ LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 sys.path.insert(0, str(RECIPES))
 
 from lxpu_recipes.artifacts import Artifact, Renderer  # noqa: E402
+from lxpu_recipes.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME  # noqa: E402
 from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
 from lxpu_recipes.recipes import ENGINE, Recipes, load_recipes  # noqa: E402
 
 ENGINE_DIR = str(Path(ENGINE).parent)
 
-__all__ = ["ENGINE", "Recipes", "Renderer", "load_recipes", "render_selection", "write_artifacts"]
+__all__ = [
+    "ENGINE",
+    "MODULEFILE_BODY",
+    "SETUP_LIBRARY",
+    "SETUP_LIBRARY_NAME",
+    "Recipes",
+    "Renderer",
+    "load_recipes",
+    "render_selection",
+    "write_artifacts",
+]
 
 
 def require(available: bool, what: str) -> None:

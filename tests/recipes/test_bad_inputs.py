@@ -112,8 +112,8 @@ EDITS = {
     ),
     "undefined template variable": (
         "recipes/templates/modulefile.lua.j2",
-        'whatis("Name: lightning-xpu")',
-        'whatis("Name: {{ no_such }}")',
+        "  contract = {{ body_contract }},",
+        "contract = {{ no_such }},",
         "recipes/templates/modulefile.lua.j2:{line}: undefined template variable ('no_such' is undefined)",
     ),
     "misspelt site variable": (
@@ -125,13 +125,26 @@ EDITS = {
         "recipes/known_env.toml with "
         "its source",
     ),
-    "misspelt template variable": (
-        "recipes/templates/modulefile.lua.j2",
+    "misspelt variable in the modulefile body": (
+        "modulefiles/lightning-xpu/.lightning-xpu.lua",
         'pushenv("LIGHTNING_XPU_ROOT", root)',
         'pushenv("LIGHTNING_XPU_ROTO", root)',
-        "recipes/templates/modulefile.lua.j2: LIGHTNING_XPU_ROTO is not a known environment variable "
+        "modulefiles/lightning-xpu/.lightning-xpu.lua: LIGHTNING_XPU_ROTO is not a known environment variable "
         "(did you "
         "mean LIGHTNING_XPU_ROOT?)",
+    ),
+    "misspelt variable in the setup library": (
+        "scripts/common/setup/lightning-setup.lib.sh",
+        'export LIGHTNING_XPU_ROOT="$root"',
+        'export LIGHTNING_XPU_ROTO="$root"',
+        "scripts/common/setup/lightning-setup.lib.sh: LIGHTNING_XPU_ROTO is not a known environment variable "
+        "(did you mean LIGHTNING_XPU_ROOT?)",
+    ),
+    "modulefile body without a contract": (
+        "modulefiles/lightning-xpu/.lightning-xpu.lua",
+        "local CONTRACT = ",
+        "local contract_version = ",
+        "modulefiles/lightning-xpu/.lightning-xpu.lua: needs exactly one line local CONTRACT = <number>",
     ),
     "unquotable site value": (
         "recipes/sites/aurora.toml",

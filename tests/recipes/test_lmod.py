@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_install import FakeInstall, make_install, make_stand_ins
+from fake_install import FakeInstall, add_shared_code, make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+from recipe_helpers import LMOD_INIT, MODULEFILE_BODY, REPO, Rendered, bash, require
 
 pytestmark = pytest.mark.lmod
 
@@ -126,6 +126,7 @@ def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_pa
     modulefiles = tmp_path / "pre fix/modulefiles/lightning-xpu"
     modulefiles.mkdir(parents=True)
     modulefiles.joinpath("2.13-cpu.lua").write_text(rendered.text("modulefiles/lightning-xpu/2.13-cpu.lua"))
+    add_shared_code(tmp_path / "pre fix")
     script = (
         f'source "{LMOD_INIT}"; module use "{tmp_path}/pre fix/modulefiles"; '
         "module load lightning-xpu/2.13-cpu"
@@ -191,6 +192,7 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
         path = f"modulefiles/lightning-xpu/{name}"
         (clone / path).write_text(rendered.text(path))
         assert (REPO / path).read_text() == rendered.text(path), f"{path} is not rendered: run render.py render"
+    (clone / MODULEFILE_BODY).write_text((REPO / MODULEFILE_BODY).read_text())
     out, err = _lmod(
         f'module use "{clone}/modulefiles"\n'
         'echo "avail=[$(module -t avail lightning-xpu 2>&1)]"\n'
@@ -204,3 +206,61 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
             f" ('{clone}/modulefiles/lightning-xpu/2.13-cpu.lua'), a template with no environment behind it."
             f" Install it: bash '{clone}/scripts/<site>/install_lightning_2.13.sh' --variant cpu"
             " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'") in err, err
+
+
+def test_the_modulefile_body_is_no_module(rendered: Rendered, tmp_path: Path) -> None:
+    """An install prefix has no .modulerc.lua: Lmod offers the tags, never the body next to them."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    make_install(rendered, prefix, "2.12", "generic", False)
+    assert (prefix / MODULEFILE_BODY).is_file()
+    body_module = "lightning-xpu/" + Path(MODULEFILE_BODY).stem
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        'echo "avail=[$(module -t avail 2>&1 | grep "lightning-xpu/." | sort | tr "\\n" " ")]"\n'
+        f'module load {body_module}; echo "body=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
+        tmp_path,
+    )
+    assert "avail=[lightning-xpu/2.12 lightning-xpu/2.13-cpu ]" in out, (out, err)
+    # Lmod hides a dot file but loads it by its name: the body then says what it is.
+    assert "body=1 root=none" in out, (out, err)
+    assert (f"{prefix}/{MODULEFILE_BODY} is the code behind the lightning-xpu modulefiles, not a module:"
+            " module avail lightning-xpu lists the installed ones") in err, err
+
+
+def test_a_modulefile_of_another_body_contract_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -> None:
+    """One body serves every tag of a prefix: a modulefile rendered for another body contract (an install of
+    another checkout wrote the body since) stops with one line naming the install job to rerun."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    body = prefix / MODULEFILE_BODY
+    contract = re.search(r"^local CONTRACT = (\d+)$", body.read_text(), re.MULTILINE)
+    assert contract is not None
+    newer = int(contract[1]) + 1
+    body.write_text(body.read_text().replace(contract[0], f"local CONTRACT = {newer}"))
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        'module load lightning-xpu/2.13-cpu; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"',
+        tmp_path,
+    )
+    assert "status=1 root=none" in out, (out, err)
+    assert (f"lightning-xpu/2.13-cpu: this modulefile was rendered for modulefile body contract {contract[1]}, but"
+            f" the body next to it ('{prefix}/modulefiles/lightning-xpu/.lightning-xpu.lua') has contract {newer}"
+            " (an install from another checkout wrote it): rerun install_lightning_2.13.sh --variant cpu"
+            f" --prefix '{prefix}' from the checkout that installed the other versions here") in err, err
+    assert err.count("Lmod has detected the following error") == 1, err
+
+
+def test_a_missing_body_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -> None:
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    (prefix / MODULEFILE_BODY).unlink()
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/2.13-cpu; echo "status=$?"', tmp_path
+    )
+    assert "status=1" in out, (out, err)
+    assert (f"lightning-xpu/2.13-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
+            f" rerun install_lightning_2.13.sh --variant cpu --prefix '{prefix}'") in err, err

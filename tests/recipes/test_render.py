@@ -44,7 +44,8 @@ def test_every_version_site_variant_renders(rendered: Rendered, minor: str, site
     assert all(not s.startswith(("-", "lightning_xpu", "lightning-xpu")) for s in specs)
     assert f'- "torch=={minor}.' in rendered.text(f"envs/{site}/{tag}/environment.yml")
     setup = rendered.text(f"scripts/common/setup/lightning-setup-{tag}.sh")
-    assert f'root="$here/{tag}"' in setup
+    assert f" {tag} install_lightning_{minor}.sh {variant}\n" in setup  # the data the setup library gets
+    assert f'  tag = "{tag}",\n' in rendered.text(f"modulefiles/lightning-xpu/{tag}.lua")  # the body's data
     assert rendered.text(f"envs/{site}/{tag}/lightning-setup-{tag}.sh") == setup
     assert f"\nLXPU_TAG_{variant}={tag}\n" in install
     assert f"\nLXPU_SETUP_{variant}=scripts/common/setup/lightning-setup-{tag}.sh\n" in install
@@ -138,6 +139,9 @@ CONTRACT_NAMES = {
     "LXPU_SITE_PYTHON_MODULE",
     "LXPU_BUILD_TOOLS",
     "LXPU_SITE_ENV",
+    "LXPU_MODULE_BODY",
+    "LXPU_SETUP_LIB",
+    "LXPU_SETUP_LIB_NAME",
 }
 PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", "MODULE")
 

@@ -4,14 +4,15 @@ python)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from fake_install import make_install, make_stand_ins
+from fake_install import add_shared_code, make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, REPO, Rendered, bash, require
+from recipe_helpers import LMOD_INIT, REPO, SETUP_LIBRARY_NAME, Rendered, bash, require
 
 _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)
@@ -101,6 +102,7 @@ def test_switching_versions_replaces_the_old_bin(rendered: Rendered, tmp_path: P
 def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rendered, tmp_path: Path) -> None:
     setup = tmp_path / "lightning-setup-2.13-cpu.sh"
     setup.write_text(rendered.text("envs/generic/2.13-cpu/lightning-setup-2.13-cpu.sh"))
+    add_shared_code(tmp_path)
     done = _bash(
         'source "$SETUP" || echo "returned $?"; echo "${LIGHTNING_XPU_ROOT:-unset}"',
         tmp_path,
@@ -116,8 +118,41 @@ def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rend
 def test_running_instead_of_sourcing_is_refused(rendered: Rendered, tmp_path: Path) -> None:
     setup = tmp_path / "lightning-setup-2.7.sh"
     setup.write_text(rendered.text("envs/dawn/2.7/lightning-setup-2.7.sh"))
+    add_shared_code(tmp_path)
     done = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=False)
-    assert done.returncode == 1 and "source this file" in done.stderr
+    assert done.returncode == 1
+    assert done.stderr == f"lightning-setup-2.7.sh: source this file (source {setup}), do not run it\n"
+
+
+def test_the_shared_library_missing_or_of_another_contract_says_what_to_rerun(
+    rendered: Rendered, tmp_path: Path
+) -> None:
+    """One library serves every setup script of a prefix: missing, or written by an install of another
+    checkout (another contract), sourcing a setup script returns 1 with one line naming the install job."""
+    install = make_install(rendered, tmp_path / "pre fix", "2.13-cpu", "generic", False)
+    library = install.prefix / SETUP_LIBRARY_NAME
+    text = library.read_text()
+    contract = re.search(r"^  local contract=(\d+)$", text, re.MULTILINE)
+    assert contract is not None
+    newer = int(contract[1]) + 1
+    library.write_text(text.replace(contract[0], f"  local contract={newer}"))
+    script = 'set -u; cd /; source "$SETUP" || echo "returned $?"; echo "${LIGHTNING_XPU_ROOT:-unset}"; declare -F'
+    setup = str(install.prefix / "lightning-setup-2.13-cpu.sh")
+    done = _bash(script, tmp_path, SETUP=setup)
+    assert done.stdout.splitlines() == ["returned 1", "unset"]  # no function left behind either
+    assert done.stderr == (
+        f"lightning-setup-2.13-cpu.sh: this setup script was rendered for setup library contract {contract[1]}, but"
+        f" {library} has contract {newer} (an install from another checkout wrote it): rerun"
+        f" install_lightning_2.13.sh --variant cpu --prefix {install.prefix} from the checkout that installed the"
+        " other versions here\n"
+    )
+    library.unlink()
+    done = _bash(script, tmp_path, SETUP=setup)
+    assert done.stdout.splitlines() == ["returned 1", "unset"]
+    assert done.stderr == (
+        f"lightning-setup-2.13-cpu.sh: {SETUP_LIBRARY_NAME} is missing next to it: rerun install_lightning_2.13.sh"
+        f" --variant cpu --prefix {install.prefix} (it writes the library)\n"
+    )
 
 
 @pytest.mark.lmod

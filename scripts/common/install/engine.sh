@@ -8,14 +8,15 @@
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
 #   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
-#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename)
+#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename), and
+#   the shared code they call: <prefix>/.lightning-setup.lib.sh, <prefix>/modulefiles/lightning-xpu/.lightning-xpu.lua
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
 # Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are in publish.sh.
 
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
 # shellcheck disable=SC2034  # read by the job
-LXPU_ENGINE_CONTRACT=3
+LXPU_ENGINE_CONTRACT=4
 
 # Publishing, leases, links, cleanup, the lock and --prune/--uninstall/--rollback (never delete what is in use).
 # shellcheck source=scripts/common/install/publish.sh
@@ -55,6 +56,8 @@ lxpu_lock_file() { _lxpu_data LOCK "$1"; }
 lxpu_module() { _lxpu_data MODULE "$1"; }
 # The setup script, relative to the repository (rendered once per tag); the prefix gets it by its file name.
 lxpu_setup_file() { _lxpu_data SETUP "$1"; }
+# The modulefile body and the setup library (the code behind every thin modulefile and setup script, one for all
+# tags) are LXPU_MODULE_BODY (the same path in the prefix), LXPU_SETUP_LIB and LXPU_SETUP_LIB_NAME (in the prefix).
 # The site's variables, one `export NAME="${NAME:-value}"` line each.
 lxpu_site_env() { [[ ${#LXPU_SITE_ENV[@]} == 0 ]] || printf '%s\n' "${LXPU_SITE_ENV[@]}"; }
 # The conda layer of a variant: Python and pip only; every wheel comes from the pip step.
@@ -553,7 +556,7 @@ _lxpu_validate_repository() {
 	_lxpu_module="$(lxpu_module "$_lxpu_variant")"
 	_lxpu_modulefile="$_lxpu_source/modulefiles/$_lxpu_module.lua"
 	_lxpu_setup_file="$_lxpu_source/$(lxpu_setup_file "$_lxpu_variant")"
-	for value in "$_lxpu_modulefile" "$_lxpu_setup_file"; do
+	for value in "$_lxpu_modulefile" "$_lxpu_setup_file" "$_lxpu_source/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_SETUP_LIB"; do
 		[[ -f "$value" ]] ||
 			_lxpu_bad_input "$value is missing: render it with 'python recipes/render.py render --all' or pass --source"
 	done
@@ -948,7 +951,7 @@ if report.exists():
             report_hashes[norm(item["metadata"]["name"])] = sha
 # Without pip's report (uv), a hash-checked lock says which file each pin came from, when it lists one hash.
 lock_hashes = {}
-if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists():
+if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists() and (share / "requirements.txt").is_file():
     import re
     # (continuation lines joined; chr(92) is a backslash, spelled so that this unquoted here-document keeps it)
     text = (share / "requirements.txt").read_text().replace(chr(92) + chr(10), " ")
@@ -1058,24 +1061,48 @@ _lxpu_share_permissions() {
 }
 
 # Setup script and modulefile: identical for every build of a tag (they resolve <prefix>/<tag>), written by
-# temp file + rename and left untouched when unchanged.
+# temp file + rename and left untouched when unchanged. Both are data calling shared code, written first: the
+# modulefile body next to the modulefiles and the setup library next to the setup scripts (one of each for every
+# tag of the prefix; each checks the contract its callers were rendered for).
 _lxpu_write_entry_points() {
 	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
 	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
 	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$(dirname "$modfile")"
+	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" 0644 <"$_lxpu_source/$LXPU_SETUP_LIB"
+	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_MODULE_BODY" 0644 <"$_lxpu_source/$LXPU_MODULE_BODY"
 	_lxpu_write_atomic "$setup" 0755 <"$_lxpu_setup_file"
 	_lxpu_write_atomic "$modfile" 0644 <"$_lxpu_modulefile"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
-	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
+	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
 	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
 	_lxpu_make_leases_dir
+	_lxpu_warn_other_contracts
+}
+
+# The body and library just written serve every tag of the prefix: name the tags whose modulefile or setup script
+# (installed from another checkout) was rendered for another contract, and so now stops with that message.
+_lxpu_warn_other_contracts() {
+	local body lib file want stale=()
+	body="$(sed -n 's/^local CONTRACT = \([0-9]*\)$/\1/p' "$_lxpu_source/$LXPU_MODULE_BODY")"
+	lib="$(sed -n 's/^  local contract=\([0-9]*\)$/\1/p' "$_lxpu_source/$LXPU_SETUP_LIB")"
+	for file in "$_lxpu_prefix/${LXPU_MODULE_BODY%/*}"/*.lua "$_lxpu_prefix"/lightning-setup-*.sh; do
+		[[ -f "$file" ]] || continue
+		case "$file" in
+		*.lua) want="$(sed -n 's/^  contract = \([0-9]*\),$/\1/p' "$file")" && [[ -z "$want" || "$want" == "$body" ]] ;;
+		*) want="$(sed -n 's/^\. .* \([0-9]*\) [^ ]* [^ ]* [^ ]*$/\1/p' "$file")" && [[ -z "$want" || "$want" == "$lib" ]] ;;
+		esac || stale+=("${file##*/}")
+	done
+	((${#stale[@]} == 0)) ||
+		_lxpu_warn "$(_lxpu_joined "${stale[@]}") in $_lxpu_prefix came from another checkout and need the modulefile body or setup library it replaced: rerun their install jobs from this checkout"
 }
 
 _lxpu_entry_points_current() {
 	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
 	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
-	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" && cmp -s "$setup" "$_lxpu_setup_file"
+	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" && cmp -s "$setup" "$_lxpu_setup_file" &&
+		cmp -s "$_lxpu_prefix/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_MODULE_BODY" &&
+		cmp -s "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_source/$LXPU_SETUP_LIB"
 }
 
 # ---- main ---------------------------------------------------------------------------------------------------

@@ -459,7 +459,8 @@ _lxpu_cleanup_failed_build() {
 
 # Operations, in order (each a place where tests kill the job, LXPU_TEST_PAUSE_AT):
 #   record        write the rollback record and size into the new (not yet visible) build
-#   entry-points  setup script and modulefile (identical for every build of a tag: temp file + rename)
+#   entry-points  setup script and modulefile (identical for every build of a tag: temp file + rename), and
+#                 the setup library and modulefile body they call (one for every tag of the prefix)
 #   link          a temporary symlink to the new build
 #   rename        THE publishing rename of that symlink onto <prefix>/<tag>
 #   previous      derive .envs/<tag>.previous from the record

@@ -6,103 +6,20 @@
 # Relocatable: the environment is the directory 2.10-cuda next to this file. Sourcing it twice is harmless.
 # It sets what `module load lightning-xpu/2.10-cuda` sets: PATH, VIRTUAL_ENV or CONDA_PREFIX, PYTHONUSERBASE,
 # LIGHTNING_XPU_ROOT and the site variables (only where you have not set them). It never changes shell options.
+# Data only: the code is .lightning-setup.lib.sh next to this file, the same for every tag
+# (scripts/common/setup/lightning-setup.lib.sh in the repository); the install job writes both.
 
 if [ -z "${BASH_VERSION:-}" ]; then
   echo "lightning-setup-2.10-cuda.sh: needs bash: run 'source lightning-setup-2.10-cuda.sh' from bash" >&2
   # shellcheck disable=SC2317  # exit is reached when the file is run instead of sourced
   return 1 2>/dev/null || exit 1
 fi
-if [ "${BASH_SOURCE[0]}" = "$0" ]; then
-  echo "lightning-setup-2.10-cuda.sh: source this file (source ${BASH_SOURCE[0]}), do not run it" >&2
-  exit 1
+if [ ! -f "$(dirname -- "${BASH_SOURCE[0]}")/.lightning-setup.lib.sh" ]; then
+  echo "lightning-setup-2.10-cuda.sh: .lightning-setup.lib.sh is missing next to it: rerun install_lightning_2.10.sh" \
+    "--variant cuda --prefix $(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) (it writes the library)" >&2
+  # shellcheck disable=SC2317  # exit is reached when the file is run instead of sourced
+  return 1 2>/dev/null || exit 1
 fi
-
-_lxpu_setup() {
-  local here root old modules_file name entries
-  local target hops lease_dir host lease job start
-  here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
-  root="$here/2.10-cuda"
-  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
-  # resolve <prefix>/2.10-cuda now to the ONE immutable build it points to, so a rebuild changes nothing for this
-  # shell, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and
-  # --uninstall from removing that build while this job (or, outside a scheduler, this shell) lives.
-  hops=0
-  while [ -L "$root" ] && [ "$hops" -lt 8 ]; do
-    target=$(readlink -- "$root") || break
-    case "$target" in /*) root=$target ;; *) root="${root%/*}/$target" ;; esac
-    hops=$((hops + 1))
-  done
-  if [ "${root%/*}" = "$here/.envs" ] && [ -x "$root/bin/python" ]; then
-    lease_dir="$here/.leases"
-    host=$(cat /proc/sys/kernel/hostname 2>/dev/null || uname -n)
-    job=""
-    lease="pid-$$"
-    if [ -n "${SLURM_JOB_ID:-}" ]; then
-      job="slurm:$SLURM_JOB_ID" lease="slurm-$SLURM_JOB_ID"
-    elif [ -n "${PBS_JOBID:-}" ]; then
-      job="pbs:$PBS_JOBID" lease="pbs-$PBS_JOBID"
-    fi
-    start=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
-    if ! { mkdir -p -- "$lease_dir" &&
-      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
-        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$start" "${USER:-}" "$(date +%s)" \
-        >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
-      echo "lightning-setup-2.10-cuda.sh: warning: cannot record a lease in $lease_dir: a --prune or --uninstall may remove ${root##*/} while you use it" >&2
-    fi
-  fi
-  # END build pinning and lease
-  if [ ! -x "$root/bin/python" ] || [ ! -f "$root/lightning-xpu-site.sh" ]; then
-    echo "lightning-setup-2.10-cuda.sh: no complete environment at $root: run install_lightning_2.10.sh --variant cuda --prefix $here" >&2
-    return 1
-  fi
-
-  # Site prerequisite modules (one per line; none on most sites). Loading one twice is a no-op in Lmod.
-  modules_file="$root/lightning-xpu-site-modules.txt"
-  if [ -s "$modules_file" ]; then
-    if declare -F module >/dev/null 2>&1; then
-      while IFS= read -r name || [ -n "$name" ]; do
-        case "$name" in '' | '#'*) continue ;; esac
-        module load "$name" || echo "lightning-setup-2.10-cuda.sh: warning: 'module load $name' failed" >&2
-      done <"$modules_file"
-    else
-      echo "lightning-setup-2.10-cuda.sh: note: this site expects the modules in $modules_file; no 'module' command here, so they were not loaded" >&2
-    fi
-  fi
-
-  # Another lightning-xpu environment set up in this shell: take its bin directory out of PATH first.
-  old="${LIGHTNING_XPU_ROOT:-}"
-  if [ -n "$old" ] && [ "$old" != "$root" ]; then
-    entries=":${PATH:-}:"
-    entries="${entries//":$old/bin:"/:}"
-    entries="${entries#:}"
-    PATH="${entries%:}"
-  fi
-  case ":${PATH:-}:" in
-    *":$root/bin:"*) ;;
-    *) PATH="$root/bin${PATH:+:$PATH}" ;;
-  esac
-  export PATH
-  if [ -d "$root/conda-meta" ]; then
-    export CONDA_PREFIX="$root"
-  else
-    export VIRTUAL_ENV="$root"
-  fi
-  export PYTHONUSERBASE="$HOME/.local/lightning-xpu/2.10-cuda"
-  export LIGHTNING_XPU_ROOT="$root"
-  # shellcheck source=/dev/null
-  . "$root/lightning-xpu-site.sh"
-  hash -r
-
-  # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
-  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one).
-  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}${PBS_JOBID:-}" ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
-    eval "$("$root/bin/lightning-xpu-stage" --shell)"
-  fi
-}
-
-if _lxpu_setup; then
-  unset -f _lxpu_setup
-else
-  unset -f _lxpu_setup
-  return 1
-fi
+# Contract, tag, install job, variant.
+# shellcheck source=/dev/null  # the library is checked on its own
+. "$(dirname -- "${BASH_SOURCE[0]}")/.lightning-setup.lib.sh" 1 2.10-cuda install_lightning_2.10.sh cuda

@@ -1,0 +1,206 @@
+-- lightning-xpu modulefile body: the code of every lightning-xpu/<tag> modulefile, which holds only its data.
+-- Written by hand, not rendered (the modulefiles are: recipes/templates/modulefile.lua.j2). One piece of code for
+-- every tag: an edit here changes every modulefile of the repository and, once an install job copies it, of the prefix.
+--
+-- Relocatable: the install job copies each modulefile verbatim to <prefix>/modulefiles/lightning-xpu/<tag>.lua
+-- and this body next to it as .lightning-xpu.lua (temp file + rename each); Lmod offers no file whose name starts
+-- with a dot as a module. The environment is <prefix>/<tag>. The site-specific parts are data in the environment,
+-- written by the install job: lightning-xpu-site-modules.txt (modules to load, one per line) and
+-- lightning-xpu-site.sh (export NAME="${NAME:-value}" lines, read with source_sh so `module unload` reverts them
+-- exactly).
+--
+-- A modulefile runs this file with Lmod's loadfile in its own sandbox (the same Lmod functions) and passes its
+-- data table:
+--   contract     the body contract the modulefile was rendered for (CONTRACT below)
+--   tag, minor, variant, variant_description, torch, lightning, python, backend, notes
+--   siblings     the tags of this minor (the variant guard)
+--   install_job  the install job's file name (install_lightning_<minor>.sh), for the hints
+-- One body serves every tag of a prefix, and their install jobs may come from different checkouts: bump CONTRACT
+-- (recipes/render.py reads it and renders it into every modulefile) with any change to the fields or their
+-- meaning; a modulefile of another contract then stops with one line naming the fix. The contract check reads
+-- only contract, tag, variant and install_job: keep those four as they are.
+local CONTRACT = 1
+
+local data = ...
+if type(data) ~= "table" then -- loaded as a module by its name (Lmod hides dot files but loads them if named)
+  LmodError(myFileName() .. " is the code behind the lightning-xpu modulefiles, not a module: "
+    .. "module avail lightning-xpu lists the installed ones")
+end
+local tag, minor, variant, install_job = data.tag, data.minor, data.variant, data.install_job
+if data.contract ~= CONTRACT then
+  if mode() == "spider" or mode() == "whatis" then return end
+  local at = myFileName():match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$") or "<prefix>"
+  LmodError("lightning-xpu/" .. tostring(tag) .. ": this modulefile was rendered for modulefile body contract "
+    .. tostring(data.contract) .. ", but the body next to it ('" .. myFileName():match("^(.*/)")
+    .. ".lightning-xpu.lua') has contract " .. CONTRACT .. " (an install from another checkout wrote it): rerun "
+    .. tostring(install_job) .. " --variant " .. tostring(variant) .. " --prefix '" .. at .. "' from the checkout that "
+    .. "installed the other versions here")
+end
+
+help("lightning-xpu " .. tag .. ": PyTorch " .. data.torch .. " (" .. data.variant_description
+  .. ") with Lightning " .. data.lightning .. " and lightning_xpu.\n\n"
+  .. "Your unchanged Lightning script runs on Intel GPUs: Trainer(accelerator=\"xpu\" | \"gpu\" | \"auto\"),\n"
+  .. "strategy=\"ddp\" and precision=\"bf16-mixed\" work on XPU; CPU and CUDA behave as in plain Lightning.\n\n"
+  .. "Distributed backend on XPU: " .. data.backend .. ". Python " .. data.python .. ".\n"
+  .. "pip install --user goes to $HOME/.local/lightning-xpu/" .. tag .. " (PYTHONUSERBASE), one per version.\n"
+  .. (data.notes ~= "" and data.notes .. "\n" or ""))
+
+whatis("Name: lightning-xpu")
+whatis("Version: " .. tag)
+whatis("Description: PyTorch " .. data.torch .. " (" .. variant .. "), Lightning " .. data.lightning .. ", lightning_xpu")
+whatis("Category: machine learning")
+family("lightning_xpu")
+extensions("torch/" .. data.torch .. ", lightning/" .. data.lightning)
+
+-- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
+local function quoted(path)
+  return "'" .. path:gsub("'", "'\\''") .. "'"
+end
+local modfile = myFileName()
+local prefix = modfile:match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$")
+if not prefix then
+  LmodError("lightning-xpu/" .. tag .. ": this modulefile must sit in <prefix>/modulefiles/lightning-xpu/ "
+    .. "(as the install job puts it), not at " .. quoted(modfile))
+end
+
+-- Variant guard and repository copy (issue 14), one block. `module load lightning-xpu/<ver>` loads exactly
+-- <ver>: Lmod 8.6 matches a version by prefix, so lightning-xpu/<minor> would load this <variant> build
+-- when no other <minor> is installed; refuse that and name the exact module and the installed variants
+-- (a load without a version, or by its full name, is Lmod's choice and passes). The repository's own copy of
+-- a modulefile (a template, hidden by its .modulerc.lua) says so and how to install.
+if mode() == "load" then
+  local asked = myModuleUsrName():match("^[^/]+/(.+)$")
+  if asked and asked ~= tag and asked ~= "default" and asked ~= "latest" then
+    local installed = {}
+    for dir in (os.getenv("MODULEPATH") or ""):gmatch("[^:]+") do
+      for _, sibling in ipairs(data.siblings) do
+        local name = "lightning-xpu/" .. sibling
+        if isFile(pathJoin(dir, name .. ".lua")) and not installed[name] then
+          installed[name] = true
+          installed[#installed + 1] = name
+        end
+      end
+    end
+    LmodError("lightning-xpu/" .. asked .. " is not installed: Lmod matched it to lightning-xpu/" .. tag
+      .. " (" .. variant .. "), which is not what you asked for. Load it by its exact name, module load lightning-xpu/" .. tag
+      .. ", or install " .. asked .. ". Installed variants of " .. minor .. ": " .. table.concat(installed, ", "))
+  end
+  if isFile(pathJoin(prefix, "recipes/templates/modulefile.lua.j2")) then
+    LmodError("lightning-xpu/" .. tag .. ": this is the repository's copy of the modulefile (" .. quoted(modfile)
+      .. "), a template with no environment behind it. Install it: bash "
+      .. quoted(pathJoin(prefix, "scripts/<site>/" .. install_job))
+      .. " --variant " .. variant .. " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'")
+  end
+end
+
+local root = pathJoin(prefix, tag)
+-- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+-- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
+-- during the job changes nothing for it, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps
+-- installs, --prune and --uninstall from removing that build while this job or shell lives.
+do
+  local function follow(path)
+    for _ = 1, 8 do
+      local target = lfs.symlinkattributes(path, "target")
+      if not target then return path end
+      if target:sub(1, 1) ~= "/" then target = path:match("^(.*)/[^/]*$") .. "/" .. target end
+      path = target
+    end
+    return path
+  end
+  local loaded = os.getenv("LIGHTNING_XPU_ROOT") or ""
+  if mode() == "unload" and loaded:sub(1, #prefix + 7) == prefix .. "/.envs/" then
+    root = loaded -- unload exactly what was loaded, wherever the link points now
+  elseif mode() ~= "unload" then
+    root = follow(root)
+  end
+  local build = root:match("/%.envs/([^/]+)$")
+  if mode() == "load" and build and isFile(pathJoin(root, "bin/python")) then
+    local function first_line(path)
+      local f = io.open(path, "r")
+      if not f then return nil end
+      local line = f:read("*l")
+      f:close()
+      return line
+    end
+    local function stat_fields(pid) -- the fields of /proc/<pid>/stat after "(comm)", from "state" on
+      local fields = {}
+      for word in ((first_line("/proc/" .. pid .. "/stat") or ""):match("%) (.*)$") or ""):gmatch("%S+") do
+        fields[#fields + 1] = word
+      end
+      return fields
+    end
+    local host = first_line("/proc/sys/kernel/hostname") or "unknown-host"
+    local job, name, pid = "", nil, stat_fields("self")[4] or "" -- outside a scheduler: the session leader
+    if os.getenv("SLURM_JOB_ID") then
+      job = "slurm:" .. os.getenv("SLURM_JOB_ID")
+      name = "slurm-" .. os.getenv("SLURM_JOB_ID")
+    elseif os.getenv("PBS_JOBID") then
+      job = "pbs:" .. os.getenv("PBS_JOBID")
+      name = "pbs-" .. os.getenv("PBS_JOBID")
+    else
+      name = "pid-" .. pid
+    end
+    local leases = pathJoin(prefix, ".leases")
+    if not isDir(leases) then lfs.mkdir(leases) end
+    local f = io.open(pathJoin(leases, build .. "@" .. host .. "." .. name), "w")
+    if f then
+      f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\ncluster="
+        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\npid_start="
+        .. (stat_fields(pid)[20] or "") .. "\nuser=" .. (os.getenv("USER") or "") .. "\ncreated="
+        .. os.time() .. "\nwhat=module\n")
+      f:close()
+    else
+      LmodMessage("lightning-xpu/" .. tag .. ": warning: cannot record a lease in " .. leases
+        .. ": a --prune or --uninstall may remove " .. build .. " while you use it")
+    end
+  end
+end
+-- END build pinning and lease
+local site_env = pathJoin(root, "lightning-xpu-site.sh")
+if mode() == "load" then
+  if not isFile(pathJoin(root, "bin/python")) then
+    LmodError("lightning-xpu/" .. tag .. ": no environment at " .. quoted(root)
+      .. ": run " .. install_job .. " --variant " .. variant .. " --prefix " .. quoted(prefix))
+  end
+  if not isFile(site_env) then
+    LmodError("lightning-xpu/" .. tag .. ": " .. quoted(site_env) .. " is missing (incomplete install): "
+      .. "rerun " .. install_job .. " --variant " .. variant .. " --force --prefix " .. quoted(prefix))
+  end
+end
+
+-- Site prerequisite modules, one per line (may be empty). Missing file = none (e.g. unload after removal).
+local modules_file = io.open(pathJoin(root, "lightning-xpu-site-modules.txt"), "r")
+if modules_file then
+  for line in modules_file:lines() do
+    local name = line:match("^%s*([^%s#]%S*)%s*$")
+    if name then
+      depends_on(name)
+    end
+  end
+  modules_file:close()
+end
+
+prepend_path("PATH", pathJoin(root, "bin"))
+if isDir(pathJoin(root, "conda-meta")) then
+  pushenv("CONDA_PREFIX", root)
+else
+  pushenv("VIRTUAL_ENV", root)
+end
+pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
+pushenv("LIGHTNING_XPU_ROOT", root)
+
+-- The site variables (only where the user has not set them). source_sh runs bash on the command string, so
+-- the path is single-quoted (a prefix may contain spaces).
+source_sh("bash", quoted(site_env))
+
+-- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
+-- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
+-- failure: the shared one, with a warning). Unloading does not undo the switch: end the job script instead.
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1"
+    and ((os.getenv("SLURM_JOB_ID") or "") ~= "" or (os.getenv("PBS_JOBID") or "") ~= "") then
+  local stage = pathJoin(root, "bin/lightning-xpu-stage")
+  if isFile(stage) then
+    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell)\"", modeA = {"load"}}
+  end
+end

@@ -1,0 +1,123 @@
+# shellcheck shell=bash
+# lightning-setup.lib.sh: the code of every setup script lightning-setup-<tag>.sh, which holds only its data.
+# Written by hand, not rendered (the setup scripts are: recipes/templates/lightning-setup.sh.j2). One piece of code
+# for every tag: the install job copies it to <prefix>/.lightning-setup.lib.sh, next to the setup scripts (temp
+# file + rename). Do not source it yourself: a setup script sources it with its data,
+#   . <dir>/.lightning-setup.lib.sh CONTRACT TAG INSTALL_JOB VARIANT
+# and the library sets up <dir>/<TAG> (see a setup script for what it sets). It never changes shell options and
+# leaves no function or variable behind besides what it exports.
+#
+# One library serves every tag of a prefix, and their install jobs may come from different checkouts: bump the
+# contract (recipes/render.py reads the line `local contract=N` and renders it into every setup script) with any
+# change to the arguments or their meaning; a setup script of another contract then stops with one line naming
+# the fix. The contract check reads only CONTRACT, TAG, INSTALL_JOB and VARIANT: keep those four as they are.
+
+if [ "${BASH_SOURCE[1]:-}" = "$0" ]; then
+  echo "${BASH_SOURCE[1]##*/}: source this file (source ${BASH_SOURCE[1]}), do not run it" >&2
+  exit 1
+fi
+
+_lxpu_setup_contract() {
+  local contract=1
+  if [ "$#" -lt 4 ]; then
+    echo "${BASH_SOURCE[0]##*/}: source a setup script (lightning-setup-<tag>.sh next to it), not this library" >&2
+    return 1
+  fi
+  [ "$1" = "$contract" ] && return 0
+  echo "lightning-setup-$2.sh: this setup script was rendered for setup library contract $1, but" \
+    "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)/${BASH_SOURCE[0]##*/} has contract $contract" \
+    "(an install from another checkout wrote it): rerun $3 --variant $4 --prefix" \
+    "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) from the checkout that installed the other versions here" >&2
+  return 1
+}
+
+_lxpu_setup() {
+  local tag="$2" install_job="$3" variant="$4" me="lightning-setup-$2.sh"
+  local here root old modules_file name entries
+  local target hops lease_dir host lease job start
+  here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
+  root="$here/$tag"
+  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+  # resolve <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this
+  # shell, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and
+  # --uninstall from removing that build while this job (or, outside a scheduler, this shell) lives.
+  hops=0
+  while [ -L "$root" ] && [ "$hops" -lt 8 ]; do
+    target=$(readlink -- "$root") || break
+    case "$target" in /*) root=$target ;; *) root="${root%/*}/$target" ;; esac
+    hops=$((hops + 1))
+  done
+  if [ "${root%/*}" = "$here/.envs" ] && [ -x "$root/bin/python" ]; then
+    lease_dir="$here/.leases"
+    host=$(cat /proc/sys/kernel/hostname 2>/dev/null || uname -n)
+    job=""
+    lease="pid-$$"
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+      job="slurm:$SLURM_JOB_ID" lease="slurm-$SLURM_JOB_ID"
+    elif [ -n "${PBS_JOBID:-}" ]; then
+      job="pbs:$PBS_JOBID" lease="pbs-$PBS_JOBID"
+    fi
+    start=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
+    if ! { mkdir -p -- "$lease_dir" &&
+      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
+        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$start" "${USER:-}" "$(date +%s)" \
+        >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
+      echo "$me: warning: cannot record a lease in $lease_dir: a --prune or --uninstall may remove ${root##*/} while you use it" >&2
+    fi
+  fi
+  # END build pinning and lease
+  if [ ! -x "$root/bin/python" ] || [ ! -f "$root/lightning-xpu-site.sh" ]; then
+    echo "$me: no complete environment at $root: run $install_job --variant $variant --prefix $here" >&2
+    return 1
+  fi
+
+  # Site prerequisite modules (one per line; none on most sites). Loading one twice is a no-op in Lmod.
+  modules_file="$root/lightning-xpu-site-modules.txt"
+  if [ -s "$modules_file" ]; then
+    if declare -F module >/dev/null 2>&1; then
+      while IFS= read -r name || [ -n "$name" ]; do
+        case "$name" in '' | '#'*) continue ;; esac
+        module load "$name" || echo "$me: warning: 'module load $name' failed" >&2
+      done <"$modules_file"
+    else
+      echo "$me: note: this site expects the modules in $modules_file; no 'module' command here, so they were not loaded" >&2
+    fi
+  fi
+
+  # Another lightning-xpu environment set up in this shell: take its bin directory out of PATH first.
+  old="${LIGHTNING_XPU_ROOT:-}"
+  if [ -n "$old" ] && [ "$old" != "$root" ]; then
+    entries=":${PATH:-}:"
+    entries="${entries//":$old/bin:"/:}"
+    entries="${entries#:}"
+    PATH="${entries%:}"
+  fi
+  case ":${PATH:-}:" in
+    *":$root/bin:"*) ;;
+    *) PATH="$root/bin${PATH:+:$PATH}" ;;
+  esac
+  export PATH
+  if [ -d "$root/conda-meta" ]; then
+    export CONDA_PREFIX="$root"
+  else
+    export VIRTUAL_ENV="$root"
+  fi
+  export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$tag"
+  export LIGHTNING_XPU_ROOT="$root"
+  # shellcheck source=/dev/null
+  . "$root/lightning-xpu-site.sh"
+  hash -r
+
+  # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
+  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one).
+  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}${PBS_JOBID:-}" ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
+    eval "$("$root/bin/lightning-xpu-stage" --shell)"
+  fi
+}
+
+if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then
+  unset -f _lxpu_setup _lxpu_setup_contract
+else
+  unset -f _lxpu_setup _lxpu_setup_contract
+  return 1
+fi
