@@ -142,10 +142,11 @@ def test_dry_run_prints_every_step_and_creates_nothing(
     for n in range(1, h.STEP_TOTAL + 1):
         assert f"[{n}/{h.STEP_TOTAL}]" in result.output
     for command in (
-        "-m venv",
-        "-m pip",
-        "install",
-        "wheel --no-deps --no-build-isolation",
+        "-m pip install --no-deps --require-hashes --target",  # bootstrapping uv, the default installer
+        "/bin/uv venv --quiet --relocatable",
+        "/bin/uv pip install",
+        "--require-hashes -r",
+        "--wheel --no-build-isolation",
         "compileall",
         "smoke.py --json",
         "mv -T",
