@@ -51,7 +51,7 @@ def _install_with_sbatch(job: Path, source: Path, prefix: Path, work: Path) -> G
     h.wait_for_slurm_job(job_id)
     logs = sorted(h.logs_of(prefix))
     assert len(logs) == 1, f"expected one install log, found {logs}; job output:\n{output.read_text()}"
-    return GoodInstall(prefix, job, source, logs[0], output.read_text(), "sbatch")
+    return GoodInstall(prefix, job, source, logs[0], output.read_text(), "sbatch", h.published_manifest(prefix))
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +64,8 @@ def good_install(
         return _install_with_sbatch(install_job, source_repo, prefix, work)
     result = h.run_job(install_job, "--source", str(source_repo), *h.PIP_SOURCE, prefix=prefix)
     assert result.returncode == 0 and result.log, result.output
-    return GoodInstall(prefix, install_job, source_repo, result.log, result.output, "bash")
+    return GoodInstall(prefix, install_job, source_repo, result.log, result.output, "bash",
+                       h.published_manifest(prefix))
 
 
 @pytest.fixture

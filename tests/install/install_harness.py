@@ -170,6 +170,7 @@ class GoodInstall:
     log: Path
     output: str
     via: str  # "sbatch" or "bash"
+    manifest: dict[str, Any]  # as published by that install (later tests republish the prefix)
 
 
 @dataclass
@@ -186,6 +187,12 @@ class JobResult:
     def last_line(self) -> str:
         lines = [line for line in self.log_text.splitlines() if line.strip()]
         return lines[-1] if lines else ""
+
+
+def published_manifest(prefix: Path) -> dict[str, Any]:
+    """The manifest of the build <prefix>/<TAG> points to ({} when nothing is published)."""
+    path = prefix / TAG / "manifest.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
 
 
 def logs_of(prefix: Path) -> set[Path]:
@@ -492,6 +499,8 @@ dist.init_process_group("gloo")
 total = torch.ones(1)
 dist.all_reduce(total)
 (out / f"rank-{rank}").write_text(f"{child.returncode} {int(total.item())} {sys.executable}\\n{child.stderr}")
+# Without it, gloo's threads can abort the interpreter at exit (std::terminate), as PyTorch warns.
+dist.destroy_process_group()
 """
 
 

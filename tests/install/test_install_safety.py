@@ -435,7 +435,8 @@ def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall,
         ["bash", "-c", script],
         stdout=(tmp_path / "job.out").open("w"),
         stderr=subprocess.STDOUT,
-        env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None, OMP_NUM_THREADS="1"),
+        # A rank that dies in native code prints its Python stack (faulthandler) into job.out.
+        env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1"),
         start_new_session=True,
     )
     try:

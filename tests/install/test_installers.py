@@ -49,7 +49,7 @@ def _find_links_dirs() -> list[Path]:
 def test_default_install_ran_on_uv_and_torch_came_from_the_local_file_with_the_locks_hash(
     good_install: h.GoodInstall,
 ) -> None:
-    manifest = _manifest(good_install.prefix)
+    manifest = good_install.manifest
     pinned_uv = re.search(r"^uv==(\S+)", TOOLS_LOCK.read_text(), re.MULTILINE)
     assert pinned_uv
     assert manifest["installer"] == {"name": "uv", "version": pinned_uv.group(1), "why": "default"}
@@ -77,11 +77,11 @@ def test_pip_installer_builds_the_same_environment(
     assert manifest["installer"]["name"] == "pip" and manifest["installer"]["why"] == "--installer pip"
     assert re.search(LOCK_BY_PIP, result.log_text)
     assert not (prefix / ".tools").exists(), "--installer pip must not bootstrap uv"
-    uv_versions = _versions(_manifest(good_install.prefix))
+    uv_versions = _versions(good_install.manifest)
     assert _versions(manifest) == uv_versions
     # Both record each package's hash, pip from its report, uv from the lock: the same files.
     hashes = {p["name"]: p.get("sha256") for p in manifest["packages"] if p["name"] != "lightning-xpu"}
-    uv_hashes = {p["name"]: p.get("sha256") for p in _manifest(good_install.prefix)["packages"]
+    uv_hashes = {p["name"]: p.get("sha256") for p in good_install.manifest["packages"]
                  if p["name"] != "lightning-xpu"}
     assert {n: v for n, v in hashes.items() if uv_hashes.get(n)} == {n: v for n, v in uv_hashes.items() if v}
 

@@ -152,7 +152,7 @@ _lxpu_installer_create_venv() {
 	# Relocatable: scripts and activation find the environment from their own location, which staging to
 	# node-local disk relies on. uv seeds no pip: the Python's own bundled pip wheel (ensurepip's, so pinned by
 	# the Python and needing no download) is installed, as `python -m venv` would.
-	_lxpu_uv_run venv --quiet --relocatable --python "$_lxpu_python" "$@" "$env"
+	_lxpu_uv_run venv --quiet --relocatable --python "$_lxpu_python" "$@" "$env" || return 1
 	local bundled
 	bundled="$("$_lxpu_python" -c 'import ensurepip, pathlib
 print(next((pathlib.Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"), ""))' 2>/dev/null || true)"
@@ -210,5 +210,6 @@ _lxpu_uv_checked() {
 		_lxpu_fail_reason="uv $1 $2 failed (exit $status)$(_lxpu_uv_reason "$out")"
 	fi
 	rm -f "$out"
-	return "$status"
+	# 1 whatever uv's own code: the install's exit status 2 means bad input, which this is not.
+	[[ "$status" == 0 ]] || return 1
 }
