@@ -31,6 +31,8 @@ from lightning_xpu.versions import (
     expected_patches,
     release,
 )
+from tests.xpu_profiles import Profile
+from tests.xpu_simulation import bootstrap_env
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [*TRAINER_PACKAGES, *FABRIC_PACKAGES]
@@ -130,17 +132,13 @@ def test_compromised_lightning_is_named(simulated_xpu, monkeypatch: pytest.Monke
     assert any(ADVISORY in message for message in versions.selection_messages())
 
 
-# Run in a fresh interpreter whose `lightning_fabric` is a throwaway copy with one patch target renamed. argv[1]:
-# "xpu" simulates Intel GPUs the way tests/conftest.py's `simulated_xpu` does (torch.xpu's device queries only).
+# Run in a fresh interpreter whose `lightning_fabric` is a throwaway copy with one patch target renamed; on
+# simulated XPU through the test-only rank bootstrap (tests/bootstrap, the 2.13 profile of tests/xpu_profiles.py).
 RENAMED_TARGET_RUN = """
 import sys, warnings
-import torch
-if sys.argv[1] == "xpu":
-    torch.xpu.is_available = lambda: True
-    torch.xpu.device_count = lambda: 2
 import lightning_xpu
 import lightning_fabric
-assert lightning_fabric.__file__.startswith(sys.argv[2]), lightning_fabric.__file__
+assert lightning_fabric.__file__.startswith(sys.argv[1]), lightning_fabric.__file__
 warnings.simplefilter("always")
 fabric = lightning_fabric.Fabric(accelerator="auto", devices=1)
 print(type(fabric.accelerator).__name__)
@@ -160,7 +158,9 @@ def _run_with_renamed_target(tmp_path: Path, simulate_xpu: bool) -> subprocess.C
         cli.write_text(text.replace("def _get_num_processes(", "def _renamed_get_num_processes("))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy.parent), str(REPO)]), "PYTHONWARNINGS": "always"}
     env.pop("LIGHTNING_XPU_DISABLE", None)
-    argv = [sys.executable, "-c", RENAMED_TARGET_RUN, "xpu" if simulate_xpu else "off", str(copy)]
+    if simulate_xpu:
+        env = bootstrap_env(Profile("2.13"), env)
+    argv = [sys.executable, "-c", RENAMED_TARGET_RUN, str(copy)]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
