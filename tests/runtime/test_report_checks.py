@@ -50,6 +50,8 @@ def test_the_check_names_are_unique_and_cover_the_issue() -> None:
 
 def test_device_properties(context, monkeypatch) -> None:
     assert outcome("device_properties", context)[0] == PASS
+    # A deliberately broken device, not a torch behaviour (every real release reports total_memory,
+    # c10/xpu/XPUDeviceProp.h): the check must fail on it.
     monkeypatch.setattr(torch.xpu, "get_device_properties",
                         lambda device=None: SimpleNamespace(name="Max 1550", gpu_eu_count=448, driver_version="1"))
     assert outcome("device_properties", context) == (FAIL, "xpu:0 reports no total_memory")
@@ -187,6 +189,8 @@ def test_profiler(context, monkeypatch) -> None:
 
 def test_memory_stats(context, monkeypatch) -> None:
     assert outcome("memory_stats", context) == (PASS, "2 counters, 1024 bytes allocated")
+    # A deliberately broken allocator, not a torch behaviour (real releases report allocated_bytes.all.current,
+    # torch/xpu/memory.py): the check must fail on it.
     monkeypatch.setattr(torch.xpu, "memory_stats", lambda device=None: {})
     status, reason = outcome("memory_stats", context)
     assert status == FAIL and "lacks allocated_bytes.all.current" in reason
