@@ -11,7 +11,8 @@ Path classes, first match wins:
   prefix   the install prefix on the shared file system (its real path and its parent directories included)
   base     the base interpreter's prefix (a Python module, pyenv, ...; on a cluster also on the shared file system)
   home     $HOME and the user site (PYTHONUSERBASE)
-  workdir  the job's working directory (and relative paths)
+  workdir  the job's working directory, the directories on its path (bash and realpath() walk them)
+           and relative paths
   system   the node's own OS: /usr, /lib, /etc, /proc, /sys, /dev, ...
   other    anything else; fd only for a call on a descriptor whose path strace could not show
 An fstat of an open file counts where the file lives (on Lustre it still asks the servers for attributes).
@@ -85,6 +86,11 @@ class Classifier:
             home.append(os.environ["PYTHONUSERBASE"])
         return cls(cls._forms(prefix), cls._forms(base), cls._forms(home), str(workdir), cls._forms(staged))
 
+    def _workdir_or_on_its_path(self, path: str) -> bool:
+        """The working directory, a path inside it, or a directory on its way from /."""
+        workdir, path = self.workdir.rstrip("/"), path.rstrip("/")
+        return path != "" and (path == workdir or path.startswith(workdir + "/") or workdir.startswith(path + "/"))
+
     def classify(self, path: str) -> str:
         if path == "":
             return "fd"
@@ -93,13 +99,15 @@ class Classifier:
         for name, roots in (("staged", self.staged), ("prefix", self.prefix), ("base", self.base)):
             if any(path == root or path.startswith(root + "/") for root in roots):
                 return name
+        # The working directory's own parents are the job's: bash checks $PWD and realpath() of a relative path
+        # walks them, whatever the install does (a deep working directory must not look like a costly install).
+        if self._workdir_or_on_its_path(path):
+            return "workdir"
         # The roots' parent directories (realpath() walks them): the prefix's and the base's lie on the shared
         # file system as well; the node-local directory's first.
         for name, roots in (("staged", self.staged), ("prefix", self.prefix), ("base", self.base)):
             if path != "/" and any(root.startswith(path.rstrip("/") + "/") for root in roots):
                 return name
-        if path == self.workdir or path.startswith(self.workdir.rstrip("/") + "/"):
-            return "workdir"
         if any(path == root or path.startswith(root + "/") for root in self.home):
             return "home"
         if any(path == root or path.startswith(root + "/") for root in SYSTEM_DIRS):

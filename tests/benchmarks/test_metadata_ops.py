@@ -39,6 +39,16 @@ def test_parse_and_classify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert counted["shared"] == 4 and counted["by_class"]["staged"] == 1
 
 
+def test_the_working_directorys_own_path_is_the_jobs_not_the_installs() -> None:
+    # A job under the same tree as the install (CI: both in the checkout): bash checks $PWD and realpath() of a
+    # relative path stat every directory down to the working directory; those stats happen whatever is installed.
+    classifier = Classifier.build(["/site/work/build/prefix/2.13-cpu"], ["/base"], "/site/work/build/results/job")
+    assert [classifier.classify(path) for path in (
+        "/site", "/site/work/build", "/site/work/build/results/job", "/site/work/build/results/job/out.json",
+        "/site/work/build/prefix", "/site/work/build/prefix/2.13-cpu/bin/python", "/",
+    )] == ["workdir", "workdir", "workdir", "workdir", "prefix", "prefix", "other"]
+
+
 def test_model_adds_the_node_staging_once_and_every_rank() -> None:
     def c(shared: int) -> dict[str, int]:
         return {"shared": shared}
