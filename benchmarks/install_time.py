@@ -2,7 +2,9 @@
 """Install time: the cpu-variant install job end to end (build, smoke job, publish) with uv (the default) and with
 pip, each from an empty and a warm cache, against a plain `pip install torch==<ver> lightning==<ver>` into a new
 venv; the install step alone (uv against pip, paired in this run), the smoke job's own duration (both from the
-installs' manifests), a second install into another prefix from the same uv cache, and an unchanged re-run (a no-op).
+installs' manifests: the smoke job shares the machine with the packing of the image there), the smoke job run again
+alone in the warm-cache install, a second install into another prefix from the same uv cache, and an unchanged
+re-run (a no-op).
 
 Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
 for uv, PIP_CACHE_DIR for pip) at a new empty directory; "warm" reuses the cache the empty-cache run of the same
@@ -30,6 +32,8 @@ CASES = (
 # Steps of the install job's manifest reported on their own.
 INSTALL_STEP = "install pinned packages"
 SMOKE_STEP = "smoke"
+# The case whose published environment runs the smoke job again, alone (the issue's "smoke job alone" figure).
+SMOKE_ALONE_CASE = "uv-warm-cache"
 
 
 def timed(command: list[str], env: dict[str, str], timeout: float) -> float:
@@ -64,11 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     if not script.is_file():
         parser.error(f"no install job {script.relative_to(REPO)}: render it with python recipes/render.py render")
 
+    if args.workdir is not None:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         root = Path(work)
         caches = {kind: root / f"cache-{kind}" for kind in ("uv", "pip", "plain")}
         results: dict[str, float] = {}
         steps: dict[str, dict[str, float]] = {}
+        smoke_alone_seconds: float | None = None
 
         def cache_env(kind: str, empty: bool) -> dict[str, str]:
             cache = caches[kind]
@@ -103,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
             results[case] = timed(command, env, args.timeout)
             if state != "rerun-noop":
                 steps[case] = published_steps(prefix)
+            if case == SMOKE_ALONE_CASE:
+                smoke_alone_seconds = smoke_alone(prefix, root, args.timeout)
 
-    payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "steps": steps}
+    payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "steps": steps,
+                                  "smoke_alone_seconds": smoke_alone_seconds}
     ratios = {}
     for state in ("warm-cache", "empty-cache"):
         uv, pip = steps.get(f"uv-{state}", {}), steps.get(f"pip-{state}", {})
@@ -118,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table("install seconds (one run each)", ["case", "seconds"], [[k, v] for k, v in results.items()])
     rows = [[case, by_step.get(INSTALL_STEP, float("nan")), smoke_of(by_step)] for case, by_step in steps.items()]
     print_table("from the manifests", ["case", "install step s", "smoke job s"], rows)
+    if smoke_alone_seconds is not None:
+        print(f"smoke job alone ({SMOKE_ALONE_CASE}'s environment): {smoke_alone_seconds:.1f} s")
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}")
     write_json(args.json, payload)
@@ -130,6 +142,16 @@ def published_steps(prefix: Path) -> dict[str, float]:
     if not manifests:
         return {}
     return {step["name"]: step["seconds"] for step in json.loads(manifests[0].read_text()).get("steps", [])}
+
+
+def smoke_alone(prefix: Path, root: Path, timeout: float) -> float:
+    """The published environment's smoke job, run as the install runs it (its Python, VIRTUAL_ENV, no bytecode
+    written), with nothing else running."""
+    env_root = next(p for p in prefix.iterdir() if p.is_symlink() and (p / "manifest.json").is_file())
+    env = dict(os.environ, VIRTUAL_ENV=str(env_root), LIGHTNING_XPU_ROOT=str(env_root), PYTHONDONTWRITEBYTECODE="1",
+               PATH=f"{env_root / 'bin'}:{os.environ.get('PATH', '')}")
+    smoke = env_root / "share" / "lightning-xpu" / "smoke.py"
+    return timed([str(env_root / "bin" / "python"), str(smoke), "--json", str(root / "smoke-alone.json")], env, timeout)
 
 
 def smoke_of(by_step: dict[str, float]) -> float:

@@ -9,6 +9,8 @@ grid's subprocesses call directly) is the one simulation of NVIDIA GPUs, for tes
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -242,7 +244,13 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
         monkeypatch.setenv("MASTER_PORT", "29500")
         for name in ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE", "CCL_PROCESS_LAUNCHER"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0), raising=False)
+        # Lightning sets the rank once, when it is first imported; importing it first means undoing this patch
+        # restores that value instead of deleting an attribute that a later import would no longer set.
+        from lightning_xpu._namespaces import LIGHTNING, STANDALONE
+
+        fabric = LIGHTNING.fabric if importlib.util.find_spec("lightning") else STANDALONE.fabric
+        importlib.import_module(f"{fabric}.utilities.rank_zero")
+        monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)
         return pg
 
     return record

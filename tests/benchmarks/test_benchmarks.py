@@ -83,6 +83,7 @@ def test_install_time_measures_the_install_job_and_its_noop_rerun(tmp_path: Path
     assert set(result["seconds"]) == {"uv-warm-cache", "uv-rerun-noop"}
     steps = result["steps"]["uv-warm-cache"]
     assert steps["install pinned packages"] > 0 and any("smoke" in name for name in steps)
+    assert result["smoke_alone_seconds"] > 0 and "smoke job alone (uv-warm-cache's environment)" in done.stdout
 
 
 def test_install_time_rejects_unknown_cases() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -145,7 +146,14 @@ def test_failing_package_source_keeps_the_previous_install(
 def test_failing_smoke_job_keeps_the_previous_install(good_install: h.GoodInstall, tmp_path: Path) -> None:
     prefix = good_install.prefix
     before = h.snapshot(prefix)
-    env = h.job_env(LIGHTNING_XPU_SMOKE_INJECT_FAILURE="fit_ddp")  # test-only switch read by smoke.py
+    # The image is written while the smoke job runs; a tar that first sleeps keeps it writing when the smoke job
+    # fails, so the install must stop it.
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "tar").write_text(f'#!/bin/sh\nsleep 60\nexec {shutil.which("tar")} "$@"\n')
+    (shims / "tar").chmod(0o755)
+    env = h.job_env(LIGHTNING_XPU_SMOKE_INJECT_FAILURE="fit_ddp",  # test-only switch read by smoke.py
+                    LIGHTNING_XPU_PACK="1", PATH=f"{shims}:{os.environ['PATH']}")
     result = h.run_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, env=env)
     assert result.returncode == 1, result.output
     last = result.last_line
@@ -154,7 +162,22 @@ def test_failing_smoke_job_keeps_the_previous_install(good_install: h.GoodInstal
     assert result.log is not None
     assert result.log.with_suffix(".smoke.json").is_file(), "the failed smoke result was not kept"
     assert h.env_dirs(prefix) == h.kept_env_dirs(prefix), "the failed build was not removed"
+    # The image was being written meanwhile (step 9 starts with the smoke job): stopped, nothing of it left.
+    assert processes_naming(str(prefix)) == []
     h.assert_unchanged(prefix, before, tmp_path)
+
+
+def processes_naming(text: str) -> list[str]:
+    """'pid: command line' of every process whose command line contains TEXT."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and text in command:
+            found.append(f"{proc.name}: {command}")
+    return found
 
 
 def test_two_installs_at_once_make_one_good_install(

@@ -115,7 +115,8 @@ LIGHTNING_XPU_UV_CACHE_DIR (uv's cache; default <prefix>/.cache/uv, shared by ev
 LIGHTNING_XPU_MIN_FREE_GIB (free space required under the prefix), LIGHTNING_XPU_MIN_FREE_INODES (free files
 required).
 LIGHTNING_XPU_PACK=0: no packed image for node-local staging (lightning-xpu-stage); LIGHTNING_XPU_PACK_FORMAT
-tar.zst or tar.gz (default: tar.zst where zstd exists).
+tar.zst or tar.gz (default: tar.zst where zstd exists); LIGHTNING_XPU_PACK_CHECK_DIR where the image is unpacked
+once to check it (default: /dev/shm where it has room, else \$TMPDIR or /tmp).
 Builds are never deleted by an install: only --prune and --uninstall remove them, and never one that a job
 uses (module load and the setup script record a lease in <prefix>/.leases). After publishing, a failed
 clean-up is a WARNING, not a failure: the new build is live.
@@ -823,7 +824,7 @@ sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)' 2>/dev/null; then
 	fi
 	rm -rf "$build"
 	local wheel=("$wheels"/lightning_xpu-*.whl)
-	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "pip wheel did not produce exactly one lightning_xpu wheel in $wheels"
+	[[ ${#wheel[@]} == 1 && -f "${wheel[0]}" ]] || _lxpu_fail "$_lxpu_installer did not build exactly one lightning_xpu wheel in $wheels"
 	# --no-deps: its dependencies (torch, packaging) came with the pins or the base Python, and the smoke job's
 	# `pip check` proves it. Resolving them again here could replace the base Python's torch (uv does not see
 	# packages reached through the base venv's .pth file) with another build from the indexes.
@@ -878,12 +879,15 @@ _lxpu_write_new() {
 
 _lxpu_byte_compile() {
 	_lxpu_step "byte-compile the environment"
-	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" -m compileall -q -j0 "$_lxpu_env/lib")"
+	# Packages' own test suites (a tests/ or test/ directory, a fifth of the files) are never imported by a
+	# training job: left as source.
+	local compile=("$_lxpu_py" -m compileall -q -j0 -x '/site-packages/.+/tests?/' "$_lxpu_env/lib")
+	printf '+ %s\n' "$(_lxpu_quote "${compile[@]}")"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	local out failed line
 	# compileall exits 1 when any file does not compile; some wheels ship files for newer Pythons on
 	# purpose (e.g. torch's py312 test helpers), so failures are reported, not fatal.
-	out="$("$_lxpu_py" -m compileall -q -j0 "$_lxpu_env/lib" 2>&1 {_lxpu_lock_fd}>&-)" || true
+	out="$("${compile[@]}" 2>&1 {_lxpu_lock_fd}>&-)" || true
 	failed="$(grep -o "^\*\*\* Error compiling '[^']*'" <<<"$out" | sed "s/^\*\*\* Error compiling //; s/'//g" || true)"
 	if [[ -n "$failed" ]]; then
 		_lxpu_warn "$(wc -l <<<"$failed") file(s) do not compile for Python $_lxpu_python_version (left as source):"
@@ -906,7 +910,7 @@ _lxpu_smoke() {
 		set +u
 		# shellcheck disable=SC1091
 		source "$_lxpu_env/lightning-xpu-site.sh"
-		export PATH="$_lxpu_env/bin:$PATH" LIGHTNING_XPU_ROOT="$_lxpu_env"
+		export PATH="$_lxpu_env/bin:$PATH" LIGHTNING_XPU_ROOT="$_lxpu_env" PYTHONDONTWRITEBYTECODE=1
 		export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$_lxpu_tag"
 		if [[ "$_lxpu_env_manager" == conda ]]; then export CONDA_PREFIX="$_lxpu_env"; else export VIRTUAL_ENV="$_lxpu_env"; fi
 		exec "$_lxpu_py" "$share/smoke.py" --json "$share/smoke.json" "${args[@]}" {_lxpu_lock_fd}>&-
@@ -1114,7 +1118,7 @@ lxpu_main() {
 	_lxpu_prefix="" _lxpu_variant="" _lxpu_env_manager="" _lxpu_base_python="" _lxpu_source=""
 	_lxpu_pip_source="" _lxpu_index_url="" _lxpu_extra_index_urls=() _lxpu_wheelhouse=""
 	_lxpu_lock_timeout=1800 _lxpu_shared_group="" _lxpu_force=0 _lxpu_dry_run=0
-	_lxpu_tag="" _lxpu_log="" _lxpu_tee_pid="" _lxpu_lock_fd="" _lxpu_env="" _lxpu_published=0
+	_lxpu_tag="" _lxpu_log="" _lxpu_tee_pid="" _lxpu_pack_pid="" _lxpu_lock_fd="" _lxpu_env="" _lxpu_published=0
 	_lxpu_step_n=0 _lxpu_step_total=11 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
@@ -1187,6 +1191,7 @@ lxpu_main() {
 	_lxpu_enable_hook
 	_lxpu_pack_relocatable
 	_lxpu_byte_compile
+	_lxpu_pack_start
 	_lxpu_smoke
 	_lxpu_pack
 	_lxpu_write_manifest

@@ -9,7 +9,9 @@
 #                            the interpreter next to themselves, as `uv venv --relocatable` writes them; activate
 #                            computes its own path) and adds lightning-xpu-stage to its bin/. The smoke job then
 #                            tests the environment as it will be packed.
-#   _lxpu_pack               after the smoke job, before the manifest: writes the image
+#   _lxpu_pack_start         before the smoke job: starts _lxpu_pack_make in the background
+#   _lxpu_pack               after the smoke job, before the manifest (step 9): waits for it, or (dry run) runs
+#                            it; _lxpu_pack_make writes the image
 #                            <env>/share/lightning-xpu/pack/env.tar.zst (or .tar.gz), checks it runs from another path, and
 #                            records the result in <env>/share/lightning-xpu/pack/pack.env (KEY=value lines read
 #                            by lightning-xpu-stage without starting Python) and pack.json (into manifest.json).
@@ -103,8 +105,48 @@ _lxpu_pack_refusal() {
 	return 0
 }
 
+# The image is written and checked while the smoke job runs (about a third of a warm install's time on 2 cores):
+# the smoke job writes nothing into the environment but smoke.json, which the image leaves out, and bytecode
+# (PYTHONDONTWRITEBYTECODE there). Its output goes to a file that step 9 prints; a failed or interrupted install
+# stops it before the build is removed (_lxpu_pack_stop, from the exit trap).
+_lxpu_pack_start() {
+	[[ "$_lxpu_dry_run" != 1 ]] || return 0
+	_lxpu_pack_output="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.pack.log"
+	_lxpu_pack_make >"$_lxpu_pack_output" 2>&1 {_lxpu_lock_fd}>&- &
+	_lxpu_pack_pid=$!
+}
+
 _lxpu_pack() {
 	_lxpu_step "pack the environment for node-local staging"
+	if [[ -z "${_lxpu_pack_pid:-}" ]]; then
+		_lxpu_pack_make
+		return 0
+	fi
+	local status=0
+	wait "$_lxpu_pack_pid" || status=$?
+	_lxpu_pack_pid=""
+	cat "$_lxpu_pack_output"
+	rm -f "$_lxpu_pack_output"
+	[[ "$status" == 0 ]] || _lxpu_fail "writing the packed image failed (exit $status; see above)"
+}
+
+# Stop a background pack and everything it started (tar, zstd, the check's Python).
+_lxpu_pack_stop() {
+	[[ -n "${_lxpu_pack_pid:-}" ]] || return 0
+	_lxpu_kill_tree "$_lxpu_pack_pid"
+	wait "$_lxpu_pack_pid" 2>/dev/null
+	_lxpu_pack_pid=""
+}
+
+_lxpu_kill_tree() {
+	local child
+	for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+		_lxpu_kill_tree "$child"
+	done
+	kill "$1" 2>/dev/null || true
+}
+
+_lxpu_pack_make() {
 	local dir="$_lxpu_env/share/lightning-xpu/pack" why
 	why="$(_lxpu_pack_refusal)"
 	if [[ "${LIGHTNING_XPU_PACK:-1}" == 0 ]]; then
@@ -284,7 +326,8 @@ _lxpu_pack_tar() {
 			"--exclude=$py/test" "--exclude=$py/lib-dynload" "--transform=flags=r;s,^$py\(/\|\$\),./lib/$py\1," "$py/"
 			--exclude=./pyvenv.cfg "--exclude=./bin/$py" --exclude=./bin/python --exclude=./bin/python3)
 	fi
-	members+=(-C "$_lxpu_env" --exclude=./share/lightning-xpu/pack .)
+	# The smoke job's result is written meanwhile (_lxpu_pack_start); it belongs to the manifest, not the image.
+	members+=(-C "$_lxpu_env" --exclude=./share/lightning-xpu/pack "--exclude=./share/lightning-xpu/*smoke.json*" .)
 	_lxpu_say "+ tar -c ... | ${_lxpu_pack_compress[*]} > $(_lxpu_quote "$dir/env.$_lxpu_pack_format") ($([[ "$with_base" == 1 ]] && echo "the environment and the base interpreter $_lxpu_pack_base_exe" || echo "the environment; the base interpreter stays shared"))"
 	{ tar -c "${members[@]}" | "${_lxpu_pack_compress[@]}" >"$dir/.env.tmp"; } {_lxpu_lock_fd}>&- || status=$?
 	rm -rf "$overlay"
@@ -297,11 +340,31 @@ _lxpu_pack_tar() {
 	mv -f "$dir/.env.tmp" "$dir/env.$_lxpu_pack_format"
 }
 
+# Where the check unpacks: LIGHTNING_XPU_PACK_CHECK_DIR, else /dev/shm (memory: writing the unpacked tree, about
+# four times the image, to a disk file system costs several times the rest of the check) when it has room for
+# twice the environment, else $TMPDIR or /tmp.
+_lxpu_pack_check_parent() {
+	local need avail
+	if [[ -n "${LIGHTNING_XPU_PACK_CHECK_DIR:-}" ]]; then
+		printf '%s' "$LIGHTNING_XPU_PACK_CHECK_DIR"
+		return 0
+	fi
+	if [[ -d /dev/shm && -w /dev/shm && "$(stat -f -c %T /dev/shm 2>/dev/null)" == tmpfs ]]; then
+		need="$(du -sk "$_lxpu_env" 2>/dev/null | cut -f1)"
+		avail="$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')"
+		if [[ "$need" =~ ^[0-9]+$ && "$avail" =~ ^[0-9]+$ ]] && ((avail > 2 * need)); then
+			printf '/dev/shm'
+			return 0
+		fi
+	fi
+	printf '%s' "${TMPDIR:-/tmp}"
+}
+
 # Unpack the image to a temporary directory elsewhere and run Python from there: lightning and lightning_xpu
 # must import from the copy, and with WITH_BASE=1 every sys.path entry must lie in it (nothing from the base).
 _lxpu_pack_verify() {
 	local dir="$1" with_base="$2" tmp out status=0
-	tmp="$(mktemp -d "${TMPDIR:-/tmp}/lxpu-pack-check.XXXXXX")"
+	tmp="$(mktemp -d "$(_lxpu_pack_check_parent)/lxpu-pack-check.XXXXXX")"
 	_lxpu_say "+ check: unpack to $tmp and import lightning and lightning_xpu from there"
 	out="$( (
 		tar -xf "$dir/env.$_lxpu_pack_format" -C "$tmp" && du -sb "$tmp" | cut -f1 >"$tmp.bytes" &&

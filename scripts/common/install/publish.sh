@@ -229,7 +229,9 @@ _lxpu_remove_stale_leases() {
 # file was deleted) removes a build in flight.
 _lxpu_take_install_lease() {
 	local job=""
-	_lxpu_slurm_cluster >/dev/null # looked up once, here, for the lease checks (they run in subshells)
+	# The cluster is looked up once, here, for the lease checks (they run in subshells), and only when a lease
+	# names one: `scontrol show config` waits out its message timeout (about 10 s) where no controller answers.
+	! grep -qs '^cluster=.' "$_lxpu_prefix/.leases/"* || _lxpu_slurm_cluster >/dev/null
 	[[ -z "${SLURM_JOB_ID:-}" ]] || job="slurm:$SLURM_JOB_ID"
 	[[ -z "${PBS_JOBID:-}" ]] || job="pbs:$PBS_JOBID"
 	_lxpu_lease_file="$_lxpu_prefix/.leases/${_lxpu_env##*/}@$(_lxpu_host).install-$$"
@@ -443,6 +445,7 @@ _lxpu_remove_leftovers() {
 # cannot: the next run does).
 _lxpu_cleanup_failed_build() {
 	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_lock_fd" ]] && return 0
+	_lxpu_pack_stop
 	rm -rf "$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$."*
 	if [[ -n "$_lxpu_env" && "$_lxpu_published" != 1 && -d "$_lxpu_env" ]] &&
 		[[ "$(readlink "$_lxpu_prefix/$_lxpu_tag" 2>/dev/null)" != ".envs/${_lxpu_env##*/}" ]]; then
