@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Smoke job: prove that this Python environment can train with Lightning (on XPU where there is one).
 
-Checks, in order: imports (torch, lightning, lightning_xpu), the zero-code-change autoload hook, every Lightning
-patch lightning_xpu's manifest expects applied (lightning_xpu/versions.py), `pip check`,
-a device report, the available distributed backends, a 2-rank all-reduce, a 1-epoch toy fit on one device
-and a DDP toy fit over all local devices (2 CPU processes when there is no accelerator). Without an accelerator
-the last three run at the same time. Writes one JSON
+Checks, in order: imports (torch, lightning, lightning_xpu), a device report, the zero-code-change autoload
+hook, every Lightning patch lightning_xpu's manifest expects applied (lightning_xpu/versions.py), `pip check`,
+the available distributed backends, a 2-rank all-reduce, a 1-epoch toy fit on one device and a DDP toy fit over
+all local devices (2 CPU processes when there is no accelerator). Without an accelerator `pip check` and the
+last three start at once, right after the device report. Writes one JSON
 entry per check (`ok`, `seconds`, `detail`) and exits non-zero if any check fails. With `--require-xpu`
 (the xpu variant) it also fails unless the fits really ran on an XPU device.
 
@@ -353,10 +353,10 @@ def check_fit_ddp(args: argparse.Namespace) -> dict[str, Any]:
 
 CHECKS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "imports": check_imports,
+    "devices": check_devices,
     "autoload_hook": check_autoload,
     "lightning_patches": check_patches,
     "pip_check": check_pip,
-    "devices": check_devices,
     "distributed_backends": check_backends,
     "allreduce": check_allreduce,
     "fit_single_device": check_fit_single,
@@ -365,9 +365,9 @@ CHECKS: dict[str, Callable[[argparse.Namespace], Any]] = {
 
 
 # Checks that only wait on the processes they start. Where the device check finds no accelerator they start at
-# once, right after it (about half the smoke job's time on a 2-core node); on a device they run one after another:
+# once, right after it (a third of the smoke job's time on a 2-core node); on a device they run one after another:
 # they would share it, and a failure should have one cause.
-CONCURRENT_ON_CPU = ("allreduce", "fit_single_device", "fit_ddp")
+CONCURRENT_ON_CPU = ("pip_check", "allreduce", "fit_single_device", "fit_ddp")
 
 
 def run_check(name: str, args: argparse.Namespace, injected: set[str]) -> dict[str, Any]:
