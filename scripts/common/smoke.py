@@ -5,9 +5,9 @@ Checks, in order: imports (torch, lightning, lightning_xpu), a device report, th
 hook, every Lightning patch lightning_xpu's manifest expects applied (lightning_xpu/versions.py), `pip check`,
 the available distributed backends, a 2-rank all-reduce, a 1-epoch toy fit on one device and a DDP toy fit over
 all local devices (2 CPU processes when there is no accelerator). Without an accelerator `pip check` and the
-last three start at once, right after the device report. Writes one JSON
-entry per check (`ok`, `seconds`, `detail`) and exits non-zero if any check fails. With `--require-xpu`
-(the xpu variant) it also fails unless the fits really ran on an XPU device.
+last three start at once, right after the device report. Writes one JSON entry per check (`ok`, `seconds`,
+`detail`) and exits non-zero if any check fails. With `--require-xpu` (the xpu variant) it also fails unless the
+fits really ran on an XPU device.
 
 The fits are local launches: launcher variables inherited from a scheduler job (SLURM_*, PMI_*, ...) are
 removed from their environment, so the smoke job tests the environment, not the job's task layout.

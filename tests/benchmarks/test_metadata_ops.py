@@ -42,10 +42,10 @@ def test_parse_and_classify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_working_directorys_own_path_is_the_jobs_not_the_installs() -> None:
     # A job under the same tree as the install (CI: both in the checkout): bash checks $PWD and realpath() of a
     # relative path stat every directory down to the working directory; those stats happen whatever is installed.
-    classifier = Classifier.build(["/site/work/build/prefix/2.13-cpu"], ["/base"], "/site/work/build/results/job")
+    classifier = Classifier.build(["/lus/proj/build/prefix/2.13-cpu"], ["/base"], "/lus/proj/build/results/job")
     assert [classifier.classify(path) for path in (
-        "/site", "/site/work/build", "/site/work/build/results/job", "/site/work/build/results/job/out.json",
-        "/site/work/build/prefix", "/site/work/build/prefix/2.13-cpu/bin/python", "/",
+        "/lus", "/lus/proj/build", "/lus/proj/build/results/job", "/lus/proj/build/results/job/out.json",
+        "/lus/proj/build/prefix", "/lus/proj/build/prefix/2.13-cpu/bin/python", "/",
     )] == ["workdir", "workdir", "workdir", "workdir", "prefix", "prefix", "other"]
 
 
