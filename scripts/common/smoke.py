@@ -385,9 +385,9 @@ def run_check(name: str, args: argparse.Namespace, injected: set[str]) -> dict[s
 
 
 def cpu_only(devices: dict[str, Any], args: argparse.Namespace) -> bool:
-    detail = devices.get("detail")
-    return (devices["ok"] and not args.require_xpu and isinstance(detail, dict)
-            and detail.get("xpu_count") == 0 and detail.get("cuda_count") == 0)
+    """From the device check's entry: it passed and found neither XPU nor CUDA devices."""
+    return bool(devices["ok"] and not args.require_xpu
+                and devices["detail"]["xpu_count"] == devices["detail"]["cuda_count"] == 0)
 
 
 def run_checks(args: argparse.Namespace) -> dict[str, Any]:
