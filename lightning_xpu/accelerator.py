@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lightning_xpu import device as xpu
+from lightning_xpu import rank_masks
 from lightning_xpu._namespaced_classes import NamespacedClasses
 from lightning_xpu._namespaces import Namespace
 
@@ -53,16 +54,25 @@ class _XPUAcceleratorMethods:
 
     @classmethod
     def parse_devices(cls, devices: Any) -> list[int] | None:
+        masked = rank_masks.masked_launch()
+        if masked is not None:  # one XPU per rank: `devices` must count the ranks on this node
+            return rank_masks.one_device_per_rank(devices, masked)
+        crowded = rank_masks.crowded_launch()
+        if crowded is not None:
+            rank_masks.refuse_crowded_launch(*crowded)
         environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
         return xpu.parse_device_indices(devices, torchelastic=environments.TorchElasticEnvironment.detect())
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:
+        if rank_masks.masked_launch() is not None:  # local rank i takes parallel_devices[i]: its own xpu:0
+            return [torch.device("xpu", 0) for _ in devices]
         return [torch.device("xpu", index) for index in devices]
 
     @staticmethod
     def auto_device_count() -> int:
-        return xpu.xpu_device_count()
+        masked = rank_masks.masked_launch()
+        return masked.local_size if masked is not None else xpu.xpu_device_count()
 
     @staticmethod
     def is_available() -> bool:

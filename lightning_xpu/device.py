@@ -47,14 +47,15 @@ def affinity_hint() -> str:
 
 
 def parse_device_indices(
-    devices: int | str | list[int] | tuple[int, ...], torchelastic: bool = False
+    devices: int | str | list[int] | tuple[int, ...], torchelastic: bool = False, available: int | None = None
 ) -> list[int] | None:
     """Lightning's GPU convention: an int or plain string is a count (-1 = all), "0,2" or a list are indices.
 
     0, "0" and [] mean no device (None), as for CUDA. `torchelastic`: launched by torchrun (Lightning's
     TorchElasticEnvironment.detect()); then, as in Lightning's `_parse_gpu_ids`, several indices are accepted
-    unchecked where the process sees one device (a per-process affinity mask). A copy of Lightning's logic:
-    listed in lightning_xpu/versions.py COPIES.
+    unchecked where the process sees one device (a per-process affinity mask). `available`: the devices to check
+    against, instead of those this process sees (a launch of one masked device per rank counts the node's). A copy
+    of Lightning's logic: listed in lightning_xpu/versions.py COPIES.
     """
     if isinstance(devices, bool) or not isinstance(devices, (int, str, list, tuple)):
         raise TypeError(f"devices must be an int, a string or a list of ints, got {devices!r}")
@@ -65,12 +66,12 @@ def parse_device_indices(
         if "," in text:
             indices = [int(part) for part in text.split(",") if part.strip()]
         else:
-            return parse_device_indices(int(text), torchelastic)
+            return parse_device_indices(int(text), torchelastic, available)
     elif isinstance(devices, int):
         if devices == 0:
             return None
         if devices == -1:
-            indices = list(range(xpu_device_count()))
+            indices = list(range(xpu_device_count() if available is None else available))
         elif devices < -1:
             raise ValueError(f"devices must be -1 (all) or a count >= 0, got {devices}")
         else:
@@ -79,7 +80,7 @@ def parse_device_indices(
         if not devices:
             return None
         indices = [int(index) for index in devices]
-    available = xpu_device_count()
+    available = xpu_device_count() if available is None else available
     if torchelastic and len(indices) != 1 and available == 1:
         return indices  # Lightning's torchelastic bypass: each process shows one device by default
     if len(set(indices)) != len(indices):

@@ -40,6 +40,32 @@ XPU_INIT = "torch/xpu/__init__.py"
 RANDOM = "torch/xpu/random.py"
 C10D = "torch/distributed/distributed_c10d.py"
 
+# ---- per-rank device masks (issue 18; kept in their own block so that other row changes merge cleanly) ----------
+# ZE_AFFINITY_MASK is applied by Level Zero beneath torch: a comma-separated list of device indices or
+# <device>.<sub-device> pairs; the selected devices are the only ones the process sees, renumbered from 0 (Level
+# Zero specification, core/PROG.rst "Affinity Mask", oneapi-src/level-zero-spec). With ZE_FLAT_DEVICE_HIERARCHY=FLAT
+# every tile is a device. ALCF binds each of the 12 ranks of an Aurora node to one tile with
+# ZE_AFFINITY_MASK=<card>.<tile> (argonne-lcf/user-guides docs/aurora/node-performance-overview/src/
+# gpu_tile_compact.sh: gpu_id = (PALS_LOCAL_RANKID / 2) % 6, tile_id = PALS_LOCAL_RANKID % 2).
+TILES_PER_CARD = 2  # Data Center GPU Max 1550: two tiles per card (Aurora: 6 cards = 12 tiles per node)
+MASK_FACTS = (
+    Fact("affinity_mask_selects", ">=2.5", "indices-or-card.tile",
+         "Level Zero specification core/PROG.rst 'Affinity Mask' (oneapi-src/level-zero-spec); ALCF"
+         " argonne-lcf/user-guides docs/aurora/node-performance-overview/src/gpu_tile_compact.sh (card.tile per"
+         " rank)", ("xpu.device_count", "xpu.is_available"), verified=False,
+         note="applied by Level Zero, not torch; which entries a FLAT-mode driver accepts was read from the"
+              " specification and ALCF's script, not seen on hardware"),
+    # torch's Sysman count reads the mask itself: a card.tile entry is not an integer, so _parse_visible_devices
+    # returns [] and _device_count_zes -1, and device_count() counts through the runtime (which poisons fork), even
+    # where pyzes works.
+    Fact("sysman_count_mask", "<2.13", ABSENT, f"{XPU_INIT}@v2.12.0 (no Sysman count: device_count() always counts"
+         " through the runtime)"),
+    Fact("sysman_count_mask", ">=2.13", "integers-only",
+         f"{XPU_INIT}@v2.13.0 (_parse_visible_devices: 'Returns an empty list for unsupported COMPOSITE-style masks"
+         " (e.g. \"0.0,0.1\")'; _device_count_zes returns -1 when it is empty)", ("xpu._device_count_zes",),
+         verified=False, note="read at v2.13.0; 2.14 and 2.15 assumed unchanged"),
+)
+
 FACTS: tuple[Fact, ...] = (
     # ---- R1: counting devices, fork poisoning, the bad-fork state ------------------------------------------------
     Fact("count_poisons_fork", ">=2.5,<2.12", "always",
@@ -135,6 +161,7 @@ FACTS: tuple[Fact, ...] = (
     # ---- R10: the profiler ------------------------------------------------------------------------------------
     Fact("profiler_xpu_activity", ">=2.5", "pti-builds-only", "torch/profiler@v2.5.1..v2.13.0"
          " (ProfilerActivity.XPU always exists; in supported_activities() only with Kineto/PTI)"),
+    *MASK_FACTS,
 )
 
 # What the package assumes and the research verified in every release 2.5-2.15 ("Verified as the package assumes",
@@ -199,6 +226,12 @@ class Profile:
         rule = self.fact("count_poisons_fork")
         return rule == "always" or (rule == "unless-pyzes" and not self.pyzes)
 
+    def counting_poisons_fork_under(self, mask: str | None) -> bool:
+        """`count_poisons_fork`, plus a card.tile `ZE_AFFINITY_MASK` defeating the Sysman count (row
+        sysman_count_mask)."""
+        return self.count_poisons_fork or (self.fact("sysman_count_mask") == "integers-only"
+                                           and not mask_is_integers(mask))
+
     def as_env(self) -> str:
         """The value of `LXPU_SIM_PROFILE` giving this profile to launched ranks (tests/bootstrap)."""
         flags = [name for name in ("pyzes", "ipex") if getattr(self, name)] + ([] if self.pti else ["no-pti"])
@@ -211,6 +244,33 @@ class Profile:
         if unknown:
             raise ValueError(f"LXPU_SIM_PROFILE={text!r}: unknown flags {sorted(unknown)}; use pyzes, ipex, no-pti")
         return cls(version, pyzes="pyzes" in flags, ipex="ipex" in flags, pti="no-pti" not in flags)
+
+
+def mask_is_integers(mask: str | None) -> bool:
+    """torch's `_parse_visible_devices` (v2.13.0) accepts the mask: unset, or every entry an integer."""
+    if mask is None:
+        return True
+    try:
+        [int(entry.strip()) for entry in mask.split(",")]
+    except ValueError:
+        return False
+    return True
+
+
+def visible_device_count(devices: int, mask: str | None) -> int:
+    """How many of a node's `devices` (tiles, FLAT) a process sees under `ZE_AFFINITY_MASK` (row
+    affinity_mask_selects): entries `<index>` or `<card>.<tile>`; entries naming no device select nothing."""
+    if mask is None or not mask.strip():
+        return devices
+    selected: set[int] = set()
+    for entry in mask.split(","):
+        card, dot, tile = entry.strip().partition(".")
+        if not card.isdigit() or (dot and not tile.isdigit()):
+            continue
+        index = int(card) * TILES_PER_CARD + int(tile) if dot else int(card)
+        if (not dot or int(tile) < TILES_PER_CARD) and index < devices:
+            selected.add(index)
+    return len(selected)
 
 
 # The releases XPU unit tests run against on the newest Lightning (issue 11): the first of each behaviour era.

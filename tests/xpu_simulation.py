@@ -32,12 +32,13 @@ from typing import Any, Protocol
 
 import torch
 
-from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled
+from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled, mask_is_integers, visible_device_count
 
 ONECCL_MODULE = "oneccl_bindings_for_pytorch"
 IPEX_MODULE = "intel_extension_for_pytorch"
 ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load (R3)
 RUNTIME_PACKAGE = "lightning_xpu"
+AFFINITY_MASK = "ZE_AFFINITY_MASK"  # Level Zero's per-process device mask (tests/xpu_profiles.py MASK_FACTS)
 
 
 class Patcher(Protocol):
@@ -73,7 +74,7 @@ class StandInXPUStream:
 class SimulatedXPU:
     """What the simulation reports and what the code under test asked of it."""
 
-    devices: int = 2
+    devices: int = 2  # the node's devices (tiles, FLAT); a process sees those ZE_AFFINITY_MASK selects
     xccl: bool = True
     fp64: bool = True
     # What get_device_name/get_device_properties report: by default one stack of a Max 1550 (FLAT mode: 512 EUs).
@@ -101,6 +102,11 @@ class SimulatedXPU:
     def memory_stats(self, device: Any = None) -> dict[str, int]:
         return {"allocated_bytes.all.current": 1024, "reserved_bytes.all.current": 2048}
 
+    def visible_devices(self) -> int:
+        """The devices this process sees: `devices` are the node's, `ZE_AFFINITY_MASK` (read at each count, as
+        torch does not cache the count before initialisation) selects among them (row affinity_mask_selects)."""
+        return visible_device_count(self.devices, os.environ.get(AFFINITY_MASK))
+
 
 # ---- the fork model (profile mode): a real os.fork child inherits the simulation and, if fork was poisoned, is in
 # a bad fork, as torch's pthread_atfork handler makes it (torch/csrc/xpu/Module.cpp).
@@ -125,7 +131,7 @@ def check_init_process_group(kwargs: dict[str, Any]) -> None:
     """The `device_id` rules of the active profile (R7); `recorded_process_group` and the real call use it."""
     sim = active()
     if sim is not None and sim.profile is not None:
-        check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.devices)
+        check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.visible_devices())
 
 
 def check_init_device_mesh(bound_device: Any, backend: str | None) -> None:
@@ -287,9 +293,10 @@ def simulate_xpu(
             sim.events.append(("xpu_init", call))
 
     def count() -> int:
-        if profile is not None and profile.count_poisons_fork:
+        mask = os.environ.get(AFFINITY_MASK)
+        if profile is not None and profile.counting_poisons_fork_under(mask):
             sim.fork_poisoned = True
-        return sim.devices
+        return sim.visible_devices()
 
     def is_initialized() -> bool:
         return sim.initialized and not sim.in_bad_fork
@@ -399,7 +406,7 @@ def simulate_xpu(
 
     if profile is None:
         # The kind default: counting never poisons fork (as with PyTorch >= 2.13 and working Level Zero Sysman).
-        patch.setattr(xpu, "_device_count_zes", lambda: sim.devices, raising=False)
+        patch.setattr(xpu, "_device_count_zes", sim.visible_devices, raising=False)
         patch.setattr(torch.distributed, "is_xccl_available", lambda: sim.xccl, raising=False)
         patch.setitem(sys.modules, ONECCL_MODULE, stand_in_oneccl_module() if oneccl else None)
         return sim
@@ -415,7 +422,11 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     patch.setattr(xpu, "get_rng_state", get_rng_state)
     patch.setattr(xpu, "manual_seed_all", manual_seed_all)
     if profile.fact("count_poisons_fork") == "unless-pyzes":  # 2.13+: Sysman counting, -1 when it fails
-        patch.setattr(xpu, "_device_count_zes", lambda: sim.devices if profile.pyzes else -1, raising=False)
+        def device_count_zes() -> int:  # -1 also for a card.tile mask (row sysman_count_mask)
+            usable = profile.pyzes and mask_is_integers(os.environ.get(AFFINITY_MASK))
+            return sim.visible_devices() if usable else -1
+
+        patch.setattr(xpu, "_device_count_zes", device_count_zes, raising=False)
     else:
         patch.delattr(xpu, "_device_count_zes", raising=False)
 

@@ -107,6 +107,11 @@ def launch_ranks(launcher: str, environ: Mapping[str, str]) -> Ranks:
     raise ValueError(f"not a launcher: {launcher!r} (expected one of {', '.join(LAUNCHER_WORDS)})")
 
 
+def per_node_option(launcher: str) -> str:
+    """How to start `{n}` ranks per node with `launcher` (a template for `str.format(n=...)`)."""
+    return _PER_NODE_OPTION[launcher]
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' * (count != 1)}"
 
