@@ -57,11 +57,12 @@ class _XPUAcceleratorMethods:
         masked = rank_masks.masked_launch()
         if masked is not None:  # one XPU per rank: `devices` must count the ranks on this node
             return rank_masks.one_device_per_rank(devices, masked)
-        crowded = rank_masks.crowded_launch()
+        environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
+        torchelastic = environments.TorchElasticEnvironment.detect()
+        crowded = None if torchelastic else rank_masks.crowded_launch()  # torchrun keeps Lightning's bypass
         if crowded is not None:
             rank_masks.refuse_crowded_launch(*crowded)
-        environments = importlib.import_module(f"{cls._lightning_package}.plugins.environments")
-        return xpu.parse_device_indices(devices, torchelastic=environments.TorchElasticEnvironment.detect())
+        return xpu.parse_device_indices(devices, torchelastic=torchelastic)
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:

@@ -46,13 +46,14 @@ C10D = "torch/distributed/distributed_c10d.py"
 # Zero specification, core/PROG.rst "Affinity Mask", oneapi-src/level-zero-spec). With ZE_FLAT_DEVICE_HIERARCHY=FLAT
 # every tile is a device. ALCF binds each of the 12 ranks of an Aurora node to one tile with
 # ZE_AFFINITY_MASK=<card>.<tile> (argonne-lcf/user-guides docs/aurora/node-performance-overview/src/
-# gpu_tile_compact.sh: gpu_id = (PALS_LOCAL_RANKID / 2) % 6, tile_id = PALS_LOCAL_RANKID % 2).
+# gpu_tile_compact.sh@173446f8: gpu_id = (PALS_LOCAL_RANKID / 2) % 6, tile_id = PALS_LOCAL_RANKID % 2).
 TILES_PER_CARD = 2  # Data Center GPU Max 1550: two tiles per card (Aurora: 6 cards = 12 tiles per node)
 MASK_FACTS = (
     Fact("affinity_mask_selects", ">=2.5", "indices-or-card.tile",
-         "Level Zero specification core/PROG.rst 'Affinity Mask' (oneapi-src/level-zero-spec); ALCF"
-         " argonne-lcf/user-guides docs/aurora/node-performance-overview/src/gpu_tile_compact.sh (card.tile per"
-         " rank)", ("xpu.device_count", "xpu.is_available"), verified=False,
+         "Level Zero specification core/PROG.rst@latest ('Affinity Mask',"
+         " spec.oneapi.io/level-zero/latest/core/PROG.html#affinity-mask); argonne-lcf/user-guides"
+         " docs/aurora/node-performance-overview/src/gpu_tile_compact.sh@173446f8 (card.tile per rank)",
+         ("xpu.device_count", "xpu.is_available"), verified=False,
          note="applied by Level Zero, not torch; which entries a FLAT-mode driver accepts was read from the"
               " specification and ALCF's script, not seen on hardware"),
     # torch's Sysman count reads the mask itself: a card.tile entry is not an integer, so _parse_visible_devices

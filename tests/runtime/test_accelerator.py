@@ -45,9 +45,9 @@ def test_parse_devices_follows_the_cuda_convention(simulated_xpu, devices, expec
 
 
 def test_parse_devices_rejects_missing_and_duplicate_devices(simulated_xpu, monkeypatch) -> None:
-    simulated_xpu(devices=2)
-    monkeypatch.setenv("ZE_AFFINITY_MASK", "1")
-    with pytest.raises(ValueError, match=r"only 2 XPU device.*ZE_AFFINITY_MASK=1"):
+    simulated_xpu(devices=4)
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "1,3")  # the process sees 2 of the 4
+    with pytest.raises(ValueError, match=r"only 2 XPU device.*ZE_AFFINITY_MASK=1,3"):
         lightning_xpu.XPUAccelerator.parse_devices([0, 2])
     with pytest.raises(ValueError, match="unique"):
         lightning_xpu.XPUAccelerator.parse_devices([1, 1])
