@@ -108,9 +108,20 @@ def test_on_2_13_a_card_tile_mask_counts_through_the_runtime_even_with_sysman(si
 # ---- the runtime ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kind", "module"), TARGETS)
-@pytest.mark.parametrize("launcher", list(LAUNCHERS))
-@pytest.mark.parametrize("devices", FITTING, ids=repr)
+def on_every_masked_launch(values: list[Any]) -> Any:
+    """Parametrize over Trainer/Fabric of both namespaces x launchers x `devices` values."""
+    marks = [pytest.mark.parametrize(("kind", "module"), TARGETS), pytest.mark.parametrize("launcher", list(LAUNCHERS)),
+             pytest.mark.parametrize("devices", values, ids=repr)]
+
+    def apply(test: Any) -> Any:
+        for mark in marks:
+            test = mark(test)
+        return test
+
+    return apply
+
+
+@on_every_masked_launch(FITTING)
 def test_one_masked_tile_per_rank_is_an_n_device_run(simulated_xpu, monkeypatch, kind, module, launcher,
                                                      devices) -> None:
     masked(simulated_xpu, monkeypatch, launcher)
@@ -122,9 +133,7 @@ def test_one_masked_tile_per_rank_is_an_n_device_run(simulated_xpu, monkeypatch,
     assert (strategy.local_rank, strategy.world_size) == (LOCAL_RANK, RANKS)
 
 
-@pytest.mark.parametrize(("kind", "module"), TARGETS)
-@pytest.mark.parametrize("launcher", list(LAUNCHERS))
-@pytest.mark.parametrize("devices", WRONG, ids=repr)
+@on_every_masked_launch(WRONG)
 def test_a_wrong_value_gets_one_line_naming_the_right_one(simulated_xpu, monkeypatch, kind, module, launcher,
                                                           devices) -> None:
     masked(simulated_xpu, monkeypatch, launcher)
