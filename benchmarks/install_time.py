@@ -3,7 +3,7 @@
 pip, each from an empty and a warm cache, against a plain `pip install torch==<ver> lightning==<ver>` into a new
 venv; the install step alone (uv against pip, paired in this run), the smoke job's own duration (both from the
 installs' manifests: the smoke job shares the machine with the packing of the image there), the smoke job run
-again alone in the warm-cache install (scripts/<site>/smoke_lightning_<ver>.sh), a second install into another
+again alone in the warm-cache install (`lightning-xpu validate --level smoke`), a second install into another
 prefix from the same uv cache, and an unchanged re-run (a no-op).
 
 Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             if state != "rerun-noop":
                 steps[case] = published_steps(prefix)
             if case == SMOKE_ALONE_CASE:
-                smoke_alone_seconds = smoke_alone(script, prefix, root, args.timeout)
+                smoke_alone_seconds = smoke_alone(prefix, root, args.timeout)
 
     payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "steps": steps,
                                   "smoke_alone_seconds": smoke_alone_seconds}
@@ -144,13 +144,13 @@ def published_steps(prefix: Path) -> dict[str, float]:
     return {step["name"]: step["seconds"] for step in json.loads(manifests[0].read_text()).get("steps", [])}
 
 
-def smoke_alone(script: Path, prefix: Path, root: Path, timeout: float) -> float:
-    """The published install's smoke job through the site's own smoke_lightning_<ver>.sh (as an administrator reruns
-    it), with nothing else running."""
+def smoke_alone(prefix: Path, root: Path, timeout: float) -> float:
+    """The published install's smoke job as an administrator reruns it (its setup script, then
+    `lightning-xpu validate --level smoke`), with nothing else running."""
     manifest = next(p for p in prefix.glob("*/manifest.json") if p.parent.is_symlink())
-    variant = json.loads(manifest.read_text())["recipe"]["variant"]
-    smoke = script.with_name(script.name.replace("install_lightning_", "smoke_lightning_"))
-    command = ["bash", str(smoke), "--prefix", str(prefix), "--variant", variant, "--json", str(root / "smoke.json")]
+    setup = prefix / f"lightning-setup-{json.loads(manifest.read_text())['tag']}.sh"
+    command = ["bash", "-c", 'source "$1" && exec lightning-xpu validate --level smoke --json "$2"', "smoke-alone",
+               str(setup), str(root / "smoke.json")]
     return timed(command, dict(os.environ), timeout)
 
 

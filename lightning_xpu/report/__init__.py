@@ -1,11 +1,13 @@
-"""One reporting module for the site validation job (`lightning-xpu validate`), `lightning-xpu doctor` and the
-patch report (`lightning_xpu.report()`, `lightning-xpu report`).
+"""One reporting module for the smoke and site validation jobs (`lightning-xpu validate`), `lightning-xpu doctor`
+and the patch report (`lightning_xpu.report()`, `lightning-xpu report`).
 
 - `model`: a check (name, status pass|fail|skip, reason) and a report (checks + every version involved);
 - `schema.json` + `schema`: the committed JSON schema of a report and the small validator that enforces it;
 - `markdown`: the readable rendering;
 - `diagnose`: why `accelerator="xpu"` cannot be used (`unusable_reason`) and the doctor's facts;
-- `checks` (+ `worker`, the processes they launch): the validation checks, one registered list;
+- `framework`: the one check framework of `lightning-xpu validate` (CheckFailed/CheckSkipped, the registry per
+  level, the schedule, local launches); `smoke` (the install's smoke job) and `checks` (the site validation job,
+  + `worker`, the processes they launch) are its two levels; `oneccl`: the launch variables each rank records;
 - `cli`: the `lightning-xpu` command.
 
 Importing this package imports neither torch nor Lightning.

@@ -1,9 +1,10 @@
-"""The site validation job's checks: each exercises one XPU-only path that CI only simulates.
+"""The site validation job's checks (the `site` level of lightning_xpu/report/framework.py): each exercises one
+XPU-only path that CI only simulates.
 
-Every check is a small function registered in `CHECKS` (in the order the job runs them). It returns a one-line
-detail when it passes, raises `CheckFailed(reason)` when it fails and `CheckSkipped(reason)` when it does not
-apply here. A check marked `needs_xpu` is skipped with "no Intel GPU: <cause>" where XPU cannot be used: a
-machine without an Intel GPU never reports one as passed.
+Every check is a small function registered in `CHECKS` (in the order the job runs them), with the framework's
+rules: a one-line reason when it passes, `CheckFailed(reason)`, `CheckSkipped(reason)`; a check marked
+`needs_xpu` is skipped with "no Intel GPU" where XPU cannot be used: a machine without an Intel GPU never reports
+one as passed.
 
 `Context.accelerator` is where the tensor work runs: "xpu" at a site. The unit tests run the same functions with
 "cpu" while `torch.xpu`'s device queries are simulated (tests/conftest.py `simulated_xpu`), because tensors
@@ -18,114 +19,32 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_xpu.report.model import FAIL, PASS, SKIP, Check
+from lightning_xpu.report.framework import (
+    NO_XPU,
+    CheckFailed,
+    CheckSkipped,
+    Context,
+    check,
+    checks_of,
+    free_port,
+    local_env,
+    record_ranks,
+    run_check,
+    run_checks,
+    tail,
+)
+
+__all__ = ["CHECKS", "NO_XPU", "CheckFailed", "CheckSkipped", "Context", "free_port", "local_env", "run_check",
+           "run_checks", "run_worker"]
 
 WORKER = "lightning_xpu.report.worker"
-NO_XPU = "no Intel GPU"
 WORKER_TIMEOUT_S = 600
-# Launcher variables a local launch must not inherit from the batch script (else Lightning takes it for srun).
-LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "PMIX_", "PALS_", "OMPI_", "HYDRA_", "TORCHELASTIC_", "PBS_")
-LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                  "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE")
-
-
-class CheckFailed(Exception):
-    """The check ran and found a problem; the message is the reason."""
-
-
-class CheckSkipped(Exception):
-    """The check does not apply here; the message is the reason."""
-
-
-@dataclass
-class Context:
-    accelerator: str  # "xpu" at a site; "cpu" in the unit tests (tensor work only; XPU queries are simulated)
-    devices: int  # local devices (tiles) to use
-    workdir: Path
-    xpu: bool = True  # whether an Intel GPU is usable here
-    unusable: str = ""  # why not, when xpu is False
-    nodes: int = 1
-    launchers: tuple[str, ...] = ("srun", "mpiexec")
-    python: str = sys.executable
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def device(self) -> Any:
-        import torch
-
-        return torch.device(self.accelerator, 0) if self.accelerator != "cpu" else torch.device("cpu")
-
-    @classmethod
-    def detect(cls, workdir: Path, nodes: int = 1) -> Context:
-        """The context of this process. Asks torch for XPU devices: call only where XPU was asked for."""
-        from lightning_xpu.report.diagnose import unusable_reason
-
-        reason = unusable_reason()
-        if reason is not None:
-            return cls("xpu", 0, workdir, xpu=False, unusable=reason, nodes=nodes)
-        import torch
-
-        return cls("xpu", int(torch.xpu.device_count()), workdir, nodes=nodes)
-
-
-@dataclass(frozen=True)
-class ValidationCheck:
-    name: str
-    run: Callable[[Context], str]
-    needs_xpu: bool
-    summary: str
-
-
-CHECKS: list[ValidationCheck] = []
-
-
-def check(name: str, needs_xpu: bool = True) -> Callable[[Callable[[Context], str]], Callable[[Context], str]]:
-    def register(function: Callable[[Context], str]) -> Callable[[Context], str]:
-        summary = (function.__doc__ or name).strip().splitlines()[0]
-        CHECKS.append(ValidationCheck(name, function, needs_xpu, summary))
-        return function
-
-    return register
-
-
-def run_check(spec: ValidationCheck, context: Context) -> Check:
-    start = time.perf_counter()
-    if spec.needs_xpu and not context.xpu:
-        return Check(spec.name, SKIP, NO_XPU)  # the cause is in the report once, in its notes
-    try:
-        status, reason = PASS, spec.run(context)
-    except CheckSkipped as skipped:
-        status, reason = SKIP, str(skipped)
-    except CheckFailed as failed:
-        status, reason = FAIL, str(failed)
-    except Exception as error:  # a crash is a failed check, never a crashed job
-        status, reason = FAIL, f"{type(error).__name__}: {error}"
-    return Check(spec.name, status, reason or "passed", round(time.perf_counter() - start, 3))
-
-
-def run_checks(context: Context, only: list[str] | None = None,
-               progress: Callable[[Check], None] | None = None) -> list[Check]:
-    unknown = sorted(set(only or ()) - {spec.name for spec in CHECKS})
-    if unknown:
-        raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(s.name for s in CHECKS)}")
-    results = []
-    for spec in CHECKS:
-        if only and spec.name not in only:
-            continue
-        result = run_check(spec, context)
-        results.append(result)
-        if progress is not None:
-            progress(result)
-    return results
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------
@@ -146,31 +65,14 @@ def _quiet_trainer(**kwargs: Any) -> Any:
                          enable_model_summary=False, **kwargs)
 
 
-def local_env(**extra: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(LAUNCHER_PREFIXES) and name not in LAUNCHER_NAMES}
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
-def _tail(text: str, lines: int = 6) -> str:
-    return " | ".join(text.strip().splitlines()[-lines:])
-
-
 def _read_ranks(out: Path) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
 
 
 def run_worker(context: Context, args: list[str], ranks: int = 1, launcher: list[str] | None = None,
-               env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Run the worker (`ranks` local processes, or once under `launcher`); its rank reports, or CheckFailed."""
+               env: dict[str, str] | None = None, timeout: float = WORKER_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Run the worker (`ranks` local processes, or once under `launcher`); its rank reports, or CheckFailed. The
+    oneCCL launch variables each rank saw are recorded for the running check's result."""
     out = Path(tempfile.mkdtemp(prefix="worker-", dir=context.workdir))
     command = [context.python, "-m", WORKER, *args, "--out", str(out)]
     if launcher is not None:
@@ -188,18 +90,19 @@ def run_worker(context: Context, args: list[str], ranks: int = 1, launcher: list
     outputs = []
     for proc, log in zip(procs, logs):
         try:
-            outputs.append((proc.wait(timeout=WORKER_TIMEOUT_S), log.read_text(errors="replace")))
+            outputs.append((proc.wait(timeout=timeout), log.read_text(errors="replace")))
         except subprocess.TimeoutExpired:
             for each in procs:
                 each.kill()
-            raise CheckFailed(f"{' '.join(command[2:4])} timed out after {WORKER_TIMEOUT_S} s") from None
+            raise CheckFailed(f"{' '.join(command[2:4])} timed out after {timeout:g} s") from None
     reports = _read_ranks(out)
+    record_ranks(reports)
     errors = [report["error"] for report in reports if "error" in report]
     if errors:
         raise CheckFailed(f"rank error: {errors[0]}")
     failed = [(code, text) for code, text in outputs if code != 0]
     if failed:
-        raise CheckFailed(f"{' '.join(command[2:4])} exited {failed[0][0]}: {_tail(failed[0][1])}")
+        raise CheckFailed(f"{' '.join(command[2:4])} exited {failed[0][0]}: {tail(failed[0][1])}")
     return reports
 
 
@@ -293,6 +196,7 @@ def _worker_backend(context: Context) -> str:
 
 
 # ---- the checks, in the order the job runs them -------------------------------------------------------------
+# (the site level: `lightning-xpu validate`, scripts/common/validate_lightning.sh)
 
 
 @check("runtime", needs_xpu=False)
@@ -627,3 +531,6 @@ def patch_rows() -> list[Any] | None:
     except ImportError:
         return None
     return list(versions.patch_status())
+
+
+CHECKS = checks_of("site")

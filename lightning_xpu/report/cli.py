@@ -2,19 +2,22 @@
 
   doctor    the full picture: torch build and version, variant, devices and their properties, driver, relevant
             environment variables, XCCL/ccl availability, the launcher detected, and why XPU cannot be used
-  validate  the site validation job's checks; writes a JSON report (schema: lightning_xpu/report/schema.json)
-            and a Markdown one; exit status 1 when a check failed
+  validate  a level's checks (lightning_xpu/report/framework.py): `--level site` (default), the site validation
+            job's; `--level smoke`, the install's smoke job. Writes a JSON report (schema:
+            lightning_xpu/report/schema.json) and a Markdown one; exit status 1 when a check failed
   report    the patch report: which Lightning patches were expected and applied (as lightning_xpu.report())
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from lightning_xpu.report.framework import LEVELS, Context
 from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, Report
 
 
@@ -69,51 +72,89 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_json(level: str, stamp: str) -> Path:
+    """The site level writes where the job was submitted (its report goes back to the project); the smoke level
+    into the user's state directory, never into the working directory or the (immutable) environment."""
+    if level == "site":
+        return Path(f"lightning-xpu-validation-{stamp}.json")
+    from lightning_xpu.report.model import environment_tag
+
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "lightning-xpu" / f"smoke-{environment_tag() or 'python'}-{stamp}.json"
+
+
+def smoke_context(args: argparse.Namespace, workdir: Path) -> tuple[Context, list[str]]:
+    """The smoke level's context and its notes: --require-xpu, else the environment's variant decides (the xpu
+    variant must train on XPU)."""
+    from lightning_xpu.report.model import environment_variant
+
+    notes = []
+    require = bool(args.require_xpu)
+    if require:
+        notes.append("--require-xpu: the fits must run on an XPU device")
+    else:
+        variant, source = environment_variant()
+        require = variant == "xpu"
+        if require:
+            notes.append(f"the xpu variant ({source}): the fits must run on an XPU device")
+    return Context("auto", 0, workdir, require_xpu=require), notes
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    from lightning_xpu.report.checks import CHECKS, Context, run_checks
     from lightning_xpu.report.diagnose import device_facts
+    from lightning_xpu.report.framework import checks_of, run_checks
     from lightning_xpu.report.model import relevant_environment, versions
 
+    specs = checks_of(args.level)
     if args.list:
-        for spec in CHECKS:
+        for spec in specs:
             print(f"{spec.name:24} {'XPU ' if spec.needs_xpu else 'any '} {spec.summary}")
         return 0
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = args.json or Path(f"lightning-xpu-validation-{stamp}.json")
-    markdown_path = args.markdown or json_path.with_suffix(".md")
+    json_path = args.json or default_json(args.level, stamp)
+    # The smoke level writes Markdown only when asked: during an install its JSON is the one file it may write
+    # into the environment (the staging image is written meanwhile and leaves out only smoke.json).
+    markdown_path = args.markdown or (json_path.with_suffix(".md") if args.level == "site" else None)
     only = [name for name in (args.only or "").split(",") if name]
-    unknown = sorted(set(only) - {spec.name for spec in CHECKS})
+    unknown = sorted(set(only) - {spec.name for spec in specs})
     if unknown:
         print(f"lightning-xpu validate: unknown check(s) {', '.join(unknown)}; known:"
-              f" {', '.join(spec.name for spec in CHECKS)}", file=sys.stderr)
+              f" {', '.join(spec.name for spec in specs)}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="lxpu-validate-") as work:
-        context = Context.detect(Path(work), nodes=args.nodes)
-        context.launchers = tuple(name for name in args.launchers.split(",") if name)
-        if args.devices is not None and context.xpu:
-            context.devices = min(args.devices, context.devices)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix=f"lxpu-validate-{args.level}-") as work:
+        if args.level == "smoke":
+            context, notes = smoke_context(args, Path(work))
+        else:
+            context = Context.detect(Path(work), nodes=args.nodes)
+            context.launchers = tuple(name for name in args.launchers.split(",") if name)
+            if args.devices is not None and context.xpu:
+                context.devices = min(args.devices, context.devices)
 
         def progress(result: Check) -> None:
-            print(f"validate: {result.name}: {result.status} ({result.seconds:.1f} s): {result.reason}", flush=True)
+            print(f"validate {args.level}: {result.name}: {result.status} ({result.seconds:.1f} s): {result.reason}",
+                  flush=True)
 
-        checks = run_checks(context, only, progress)
+        checks = run_checks(context, only, progress, level=args.level)
     found = versions()
     from lightning_xpu.report.diagnose import driver_facts
 
     found.update(driver_facts())
-    report = Report("validation", found, checks=checks, environment=relevant_environment())
-    if context.xpu:
+    report = Report("validation", found, level=args.level, checks=checks, environment=relevant_environment(),
+                    notes=notes)
+    # The smoke level's device report is its `devices` check's detail: it never asks torch for XPU otherwise.
+    if args.level == "site" and context.xpu:
         from lightning_xpu.report.diagnose import collective_backend
 
         found["xpu_collective_backend"] = collective_backend()[0]
         report.devices = device_facts(context.devices)
         report.notes.append(f"{context.nodes} node(s), {context.devices} device(s) per node")
-    else:
+    elif args.level == "site":
         report.notes.append(context.unusable)
     report.write(json_path, markdown_path)
     summary = report.summary()
-    print(f"validate: {summary[PASS]} passed, {summary[FAIL]} failed, {summary[SKIP]} skipped;"
-          f" report: {json_path} and {markdown_path}")
+    where = f"{json_path} and {markdown_path}" if markdown_path else str(json_path)
+    print(f"validate: {summary[PASS]} passed, {summary[FAIL]} failed, {summary[SKIP]} skipped; report: {where}")
     return 0 if report.ok else 1
 
 
@@ -131,12 +172,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     doctor = sub.add_parser("doctor", help="print the full picture of this machine and environment")
     doctor.add_argument("--json", type=Path, help="also write the doctor report as JSON")
     doctor.set_defaults(run=cmd_doctor)
-    validate = sub.add_parser("validate", help="run the site validation checks; write JSON + Markdown")
-    validate.add_argument("--json", type=Path, help="JSON report (default ./lightning-xpu-validation-<date>.json)")
-    validate.add_argument("--markdown", type=Path, help="Markdown report (default: the JSON path with .md)")
-    validate.add_argument("--nodes", type=int, default=1, help="nodes of the allocation to use (1 or 2)")
-    validate.add_argument("--devices", type=int, help="devices per node to use (default: all visible)")
-    validate.add_argument("--launchers", default="srun,mpiexec", help="site launchers to try (default srun,mpiexec)")
+    validate = sub.add_parser("validate", help="run a level's validation checks; write JSON (+ Markdown)")
+    validate.add_argument("--level", choices=LEVELS, default="site",
+                          help="smoke: the install's smoke job (an environment can train); site (default): the"
+                               " site validation job's XPU checks")
+    validate.add_argument("--json", type=Path,
+                          help="JSON report (default: site ./lightning-xpu-validation-<date>.json; smoke"
+                               " $XDG_STATE_HOME/lightning-xpu/smoke-<tag>-<date>.json, ~/.local/state by default)")
+    validate.add_argument("--markdown", type=Path,
+                          help="Markdown report (default: site the JSON path with .md; smoke none)")
+    validate.add_argument("--require-xpu", action="store_true",
+                          help="smoke: fail unless the fits ran on an XPU device (default: when the xpu variant is"
+                               " loaded)")
+    validate.add_argument("--nodes", type=int, default=1, help="site: nodes of the allocation to use (1 or 2)")
+    validate.add_argument("--devices", type=int, help="site: devices per node to use (default: all visible)")
+    validate.add_argument("--launchers", default="srun,mpiexec",
+                          help="site: the site's launchers to try (default srun,mpiexec)")
     validate.add_argument("--only", help="comma-separated check names (see --list)")
     validate.add_argument("--list", action="store_true", help="list the checks and exit")
     validate.set_defaults(run=cmd_validate)

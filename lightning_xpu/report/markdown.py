@@ -14,7 +14,7 @@ def _cell(value: Any) -> str:
 
 def render(data: dict[str, Any]) -> str:
     summary = data["summary"]
-    title = "site validation" if data["kind"] == "validation" else "doctor"
+    title = f"{data.get('level', 'site')} validation" if data["kind"] == "validation" else "doctor"
     lines = [
         f"# lightning-xpu {title} report",
         "",
@@ -27,6 +27,16 @@ def render(data: dict[str, Any]) -> str:
         lines += ["## Checks", "", "| check | result | reason | seconds |", "|---|---|---|---|"]
         lines += [f"| `{c['name']}` | {_MARK[c['status']]} | {_cell(c['reason'])} | {c['seconds']:.1f} |"
                   for c in data["checks"]]
+        lines.append("")
+    launched = [check for check in data["checks"] if check.get("oneccl")]
+    if launched:
+        lines += ["## oneCCL launch variables", "",
+                  "What each rank of a check saw after its process group was created (`CCL_*` and the launcher's"
+                  " local-rank variables oneCCL reads).", "",
+                  "| check | rank | host | variables |", "|---|---|---|---|"]
+        lines += [f"| `{check['name']}` | {rank['rank']} | {_cell(rank.get('host'))} |"
+                  f" {_cell(', '.join(f'{k}={v}' for k, v in rank['variables'].items()) or 'none set')} |"
+                  for check in launched for rank in check["oneccl"]]
         lines.append("")
     lines += ["## Versions", "", "| component | version |", "|---|---|"]
     lines += [f"| {name} | {_cell(value)} |" for name, value in data["versions"].items()]

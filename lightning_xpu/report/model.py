@@ -45,6 +45,8 @@ class Check:
     status: str
     reason: str
     seconds: float = 0.0
+    detail: dict[str, Any] | None = None  # structured facts of a passed check (the smoke level's)
+    oneccl: list[dict[str, Any]] | None = None  # per rank {"rank", "host", "variables"}: report/oneccl.py
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -55,6 +57,7 @@ class Check:
 class Report:
     kind: str  # "validation" or "doctor"
     versions: dict[str, str | None]
+    level: str | None = None  # a validation's level: "smoke" or "site" (lightning_xpu/report/framework.py)
     checks: list[Check] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)
@@ -81,7 +84,9 @@ class Report:
             "devices": list(self.devices),
             "environment": dict(self.environment),
             "notes": list(self.notes),
-            "checks": [asdict(check) for check in self.checks],
+            "checks": [{key: value for key, value in asdict(check).items() if value is not None}
+                       for check in self.checks],
+            **({"level": self.level} if self.level else {}),
         }
 
     def write(self, json_path: Path, markdown_path: Path | None = None) -> None:

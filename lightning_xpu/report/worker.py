@@ -2,7 +2,9 @@
 
 They run wherever a check needs more than one process: over all local tiles (started by `checks` itself, or by
 Lightning for a multi-device fit), or under the site launcher (`srun`, `mpiexec`) for the DDP and multi-node
-checks. Each rank writes `<out>/rank-<global rank>.json`; the check that launched them judges those files.
+checks, and for the smoke level's all-reduce. Each rank writes `<out>/rank-<global rank>.json`, with the oneCCL
+launch variables it saw after its process group was created (`launch_environment`, lightning_xpu/report/oneccl.py);
+the check that launched them judges those files.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+from lightning_xpu.report.oneccl import oneccl_variables
 
 BROADCAST_OBJECT = {"from": "rank 0", "text": "lightning-xpu validation"}
 FIT_LR = 0.05  # the checks' unit tests set 0 to simulate a loss that does not fall
@@ -56,15 +60,17 @@ def collectives(args: argparse.Namespace) -> int:
                               "host": socket.gethostname(), "backend": args.backend}
     try:
         if args.backend == "ccl":
-            from lightning_xpu.report.diagnose import collective_backend
+            from lightning_xpu.strategies.backend import import_oneccl_bindings
             from lightning_xpu.strategies.process_group import set_oneccl_local_rank
 
-            collective_backend()  # imports IPEX (where installed) before the bindings
+            # IPEX first where installed, then the bindings; stops naming the fix if their XPU part did not load.
+            import_oneccl_bindings()
             set_oneccl_local_rank(local, local_world)  # as the strategies do: oneCCL's place of the rank on its node
         device = torch.device(args.device, local) if args.device != "cpu" else torch.device("cpu")
         if args.device == "xpu":
             torch.xpu.set_device(local)
         dist.init_process_group(args.backend, rank=rank, world_size=world)
+        report["launch_environment"] = oneccl_variables()  # what oneCCL was given, inside the rank after init
         value = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(value)
         objects: list[Any] = [BROADCAST_OBJECT if rank == 0 else None]
@@ -104,6 +110,8 @@ def regression(pl: Any, seen: dict[str, Any]) -> tuple[Any, Any]:
 
         def on_train_start(self) -> None:
             seen["start_step"] = int(self.trainer.global_step)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                seen["launch_environment"] = oneccl_variables()  # inside the rank, after the process group's init
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             x, y = batch

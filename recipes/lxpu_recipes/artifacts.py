@@ -31,10 +31,6 @@ def install_script(minor: str) -> str:
     return f"install_lightning_{minor}.sh"
 
 
-def smoke_script(minor: str) -> str:
-    return f"smoke_lightning_{minor}.sh"
-
-
 MODULERC_PATH = "modulefiles/lightning-xpu/.modulerc.lua"
 
 
@@ -202,12 +198,10 @@ class Renderer:
                 "build_tools": [tool.requirement("") for tool in self.recipes.matrix.tools],
             },
         )
-        smoke = self._render("smoke_lightning.sh.j2", {**shared, "script": smoke_script(version.minor)})
         scripts = f"scripts/{site.name}"
         envs = f"envs/{site.name}"
         artifacts = [
             Artifact(f"{scripts}/{install_script(version.minor)}", install, True, True),
-            Artifact(f"{scripts}/{smoke_script(version.minor)}", smoke, True, True),
             Artifact(f"{envs}/lightning-xpu-site.sh", site_env, False, False, may_be_empty=True),
             Artifact(
                 f"{envs}/lightning-xpu-site-modules.txt",

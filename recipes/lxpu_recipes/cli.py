@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "render",
         help="render artifacts",
         description="Render the artifacts of the selected versions and sites into --out DIR (install job, "
-        "smoke job, modulefiles, and per variant requirements.txt, environment.yml and the setup script). "
+        "modulefiles, and per variant requirements.txt, environment.yml and the setup script). "
         "`render --all` without --out regenerates every committed render in place (scripts/<site>/, "
         "modulefiles/lightning-xpu/) and deletes committed renders no recipe produces any more.",
     )

@@ -14,17 +14,16 @@ from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, Version
 from .sites import Site
 
-# The committed renders this renderer owns. scripts/common/ is written by hand (the engine, smoke.py), except
+# The committed renders this renderer owns. scripts/common/ is written by hand (the engine, toy_fit.py), except
 # its setup/ directory.
 COMMITTED_PATTERNS = (
     "scripts/*/install_lightning_*.sh",
-    "scripts/*/smoke_lightning_*.sh",
     "scripts/common/setup/lightning-setup-*.sh",
     "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
 )
 # Written by hand next to the renders: the code the thin modulefiles run (the setup library's name matches no
 # pattern above).
-_HAND_WRITTEN = ("scripts/common/install_lightning_", "scripts/common/smoke_lightning_", MODULEFILE_BODY)
+_HAND_WRITTEN = ("scripts/common/install_lightning_", MODULEFILE_BODY)
 
 
 def render_selection(

@@ -44,7 +44,6 @@ class Headers:
 
     common: tuple[str, ...]
     install: tuple[str, ...]
-    smoke: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,9 @@ def _read_headers(table: Table) -> dict[str, Headers]:
     for kind, section in table.tables():
         if kind not in ("slurm", "pbs"):
             raise section.error(None, f"unknown scheduler '{kind}' (headers exist for: slurm, pbs)")
-        section.only({"common", "install", "smoke"})
+        section.only({"common", "install"})
         lists = {}
-        for key in ("common", "install", "smoke"):
+        for key in ("common", "install"):
             lists[key] = tuple(section.texts(key, []))
             for directive in lists[key]:
                 if "\n" in directive or directive.lstrip().startswith("#"):

@@ -43,7 +43,9 @@ RANK_FIELDS = (
     "lightning_xpu_imported",
 )
 
-# Launcher variables worth keeping in the report when a launch goes wrong.
+# Launcher variables worth keeping in the report when a launch goes wrong, with every CCL_* variable: together
+# they hold the launch variables oneCCL reads (lightning_xpu/report/oneccl.py picks those for validation reports).
+LAUNCH_PREFIX = "CCL_"
 LAUNCH_VARIABLES = (
     "RANK",
     "LOCAL_RANK",
@@ -58,8 +60,11 @@ LAUNCH_VARIABLES = (
     "PMI_SIZE",
     "MPI_LOCALRANKID",
     "MPI_LOCALNRANKS",
+    "PMIX_RANK",
     "PALS_RANKID",
     "PALS_LOCAL_RANKID",
+    "PALS_LOCAL_SIZE",
+    "LOCAL_WORLD_SIZE",
     "OMPI_COMM_WORLD_RANK",
 )
 
@@ -160,6 +165,11 @@ def build(pl: ModuleType, samples: int, batch_size: int) -> tuple[Any, Any]:
             super().__init__()
             self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
             self.seen: list[int] = []
+            self.launch_seen: dict[str, str] = {}
+
+        def on_fit_start(self) -> None:
+            # After the process group was created: what oneCCL was given, as the runtime left it.
+            self.launch_seen = launch_environment()
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             x, y, index = batch
@@ -172,6 +182,11 @@ def build(pl: ModuleType, samples: int, batch_size: int) -> tuple[Any, Any]:
     # Under DDP Lightning swaps in a DistributedSampler (seeded, the same on every rank), so each rank's
     # indices are a disjoint shard of the samples.
     return ToyModel(), DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
+
+
+def launch_environment() -> dict[str, str]:
+    return {name: value for name, value in sorted(os.environ.items())
+            if name in LAUNCH_VARIABLES or name.startswith(LAUNCH_PREFIX)}
 
 
 def cluster_environment(trainer: Any) -> Any:
@@ -210,7 +225,7 @@ def rank_report(trainer: Any, model: Any, initial_sha: str) -> dict[str, Any]:
         "python": sys.executable,
         "torch_version": torch.__version__,
         "lightning_module": type(trainer).__module__.split(".")[0],
-        "launch_environment": {name: os.environ[name] for name in LAUNCH_VARIABLES if name in os.environ},
+        "launch_environment": model.launch_seen or launch_environment(),
     }
     return report
 

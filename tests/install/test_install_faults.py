@@ -152,7 +152,7 @@ def test_failing_smoke_job_keeps_the_previous_install(good_install: h.GoodInstal
     shims.mkdir()
     (shims / "tar").write_text(f'#!/bin/sh\nsleep 60\nexec {shutil.which("tar")} "$@"\n')
     (shims / "tar").chmod(0o755)
-    env = h.job_env(LIGHTNING_XPU_SMOKE_INJECT_FAILURE="fit_ddp",  # test-only switch read by smoke.py
+    env = h.job_env(LIGHTNING_XPU_SMOKE_INJECT_FAILURE="fit_ddp",  # test-only switch of the check framework
                     LIGHTNING_XPU_PACK="1", PATH=f"{shims}:{os.environ['PATH']}")
     result = h.run_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, env=env)
     assert result.returncode == 1, result.output

@@ -14,6 +14,8 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from lightning_xpu.report.schema import check_report
+
 pytestmark = pytest.mark.install
 
 AUTOLOAD_LINE = (
@@ -64,8 +66,10 @@ def test_manifest_records_what_was_installed(good_install: h.GoodInstall) -> Non
     assert [s["step"] for s in manifest["steps"]] == list(range(1, h.STEP_TOTAL - 1))  # all before the manifest
     assert all(s["seconds"] >= 0 for s in manifest["steps"])
     smoke = manifest["smoke"]
-    assert smoke["ok"] is True
-    assert set(smoke["checks"]) >= {
+    check_report(smoke)
+    assert smoke["ok"] is True and smoke["level"] == "smoke"
+    checks = {check["name"]: check for check in smoke["checks"]}
+    assert set(checks) >= {
         "imports",
         "autoload_hook",
         "pip_check",
@@ -75,8 +79,12 @@ def test_manifest_records_what_was_installed(good_install: h.GoodInstall) -> Non
         "fit_single_device",
         "fit_ddp",
     }
-    assert smoke["checks"]["devices"]["detail"]["summary"] == "no XPU: ran on CPU"
-    assert smoke["checks"]["fit_ddp"]["detail"]["devices"] == 2
+    assert checks["devices"]["detail"]["summary"] == "no XPU: ran on CPU"
+    assert checks["fit_ddp"]["detail"]["devices"] == 2
+    # The ranks' own record of what oneCCL would read, taken after their process group was created.
+    for name in ("allreduce", "fit_ddp"):
+        seen = checks[name]["oneccl"]
+        assert [(r["rank"], r["variables"].get("LOCAL_RANK")) for r in seen] == [(0, "0"), (1, "1")], seen
 
 
 def test_layout_hook_and_bytecode(good_install: h.GoodInstall) -> None:
@@ -89,7 +97,6 @@ def test_layout_hook_and_bytecode(good_install: h.GoodInstall) -> None:
         "manifest.json",
         "lightning-xpu-site.sh",
         "lightning-xpu-site-modules.txt",
-        "share/lightning-xpu/smoke.py",
         "share/lightning-xpu/toy_fit.py",
         "share/lightning-xpu/install.log",
     ):

@@ -50,7 +50,6 @@ submit_hint = "sbatch --account=<project> {script}"
 [headers.slurm]
 common = ["--partition=gpu", "--nodes=1"]
 install = ["--time=01:00:00"]
-smoke = ["--time=00:30:00"]
 
 [env]
 ZE_FLAT_DEVICE_HIERARCHY = { value = "FLAT", source = "test" }
@@ -121,7 +120,7 @@ def test_new_version_and_site_are_data_only(tmp_path: Path, recipes: Recipes) ->
     assert stage.returncode == 0, (stage.stdout + stage.stderr)[-6000:]
     assert re.search(r"^recipes +passed ", stage.stdout, re.MULTILINE), stage.stdout[-3000:]
     # Nothing changed but the data and the renders.
-    renders = re.compile(r"^(scripts/[^/]+/(install|smoke)_lightning_|scripts/common/setup/|modulefiles/)")
+    renders = re.compile(r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/)")
     changed = sorted(
         relative
         for relative in _checkout_files(repo)

@@ -36,7 +36,6 @@ def _tag(minor: str, variant: str) -> str:
 def test_every_version_site_variant_renders(rendered: Rendered, minor: str, site: str, variant: str) -> None:
     tag = _tag(minor, variant)
     install = rendered.text(f"scripts/{site}/install_lightning_{minor}.sh")
-    assert rendered.text(f"scripts/{site}/smoke_lightning_{minor}.sh").startswith("#!/usr/bin/env bash\n")
     assert f"lightning-xpu/{tag}: PyTorch" in rendered.text(f"modulefiles/lightning-xpu/{tag}.lua")
     requirements = rendered.text(f"envs/{site}/{tag}/requirements.txt")
     specs = [line for line in requirements.splitlines() if line and not line.startswith("#")]
@@ -117,8 +116,8 @@ def test_install_job_layout(rendered: Rendered, recipes: Recipes) -> None:
 def test_dawn_and_aurora_headers(rendered: Rendered) -> None:
     dawn = rendered.text("scripts/dawn/install_lightning_2.7.sh")
     assert "#SBATCH --partition=pvc9\n" in dawn and "#SBATCH --gres=gpu:1\n" in dawn
-    aurora = rendered.text("scripts/aurora/smoke_lightning_2.13.sh")
-    assert "#PBS -N lxpu-smoke-2.13\n" in aurora and "#PBS -l select=1\n" in aurora
+    aurora = rendered.text("scripts/aurora/install_lightning_2.13.sh")
+    assert "#PBS -N lxpu-install-2.13\n" in aurora and "#PBS -l select=1\n" in aurora
     assert "#SBATCH" not in aurora
 
 
@@ -231,13 +230,13 @@ def test_check_fails_after_a_deliberate_edit(temp_repo: Path) -> None:
     install = temp_repo / "scripts/dawn/install_lightning_2.7.sh"
     edit(install, "LXPU_SITE=dawn", "LXPU_SITE=dawn-edited")
     (temp_repo / "modulefiles/lightning-xpu/2.8-cpu.lua").unlink()
-    (temp_repo / "scripts/aurora/smoke_lightning_2.9.sh").chmod(0o644)
+    (temp_repo / "scripts/aurora/install_lightning_2.9.sh").chmod(0o644)
     (temp_repo / "scripts/generic/install_lightning_1.0.sh").write_text("#!/usr/bin/env bash\n")
     done = run_render("check", repo=temp_repo)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
         "drift: modulefiles/lightning-xpu/2.8-cpu.lua: missing (not rendered into the repository)",
-        "drift: scripts/aurora/smoke_lightning_2.9.sh: executable bit differs from a fresh render",
+        "drift: scripts/aurora/install_lightning_2.9.sh: executable bit differs from a fresh render",
         "drift: scripts/dawn/install_lightning_2.7.sh: differs from a fresh render",
         "drift: scripts/generic/install_lightning_1.0.sh: stale (no recipe renders it any more)",
     ]
@@ -263,8 +262,7 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
     assert done.returncode == 0, done.stderr
     sites = sorted(p.stem for p in (temp_repo / "recipes/sites").glob("*.toml"))
     for site in sites:
-        for job in ("install", "smoke"):
-            assert (temp_repo / f"scripts/{site}/{job}_lightning_2.99.sh").is_file()
+        assert (temp_repo / f"scripts/{site}/install_lightning_2.99.sh").is_file()
     for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
         assert (temp_repo / f"modulefiles/lightning-xpu/{tag}.lua").is_file()
     install = (temp_repo / "scripts/generic/install_lightning_2.99.sh").read_text()
@@ -282,7 +280,7 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
         ]
         expected.append(f"modulefiles/lightning-xpu/{tag}.lua")
         expected.append(f"scripts/common/setup/lightning-setup-{tag}.sh")
-    expected += ["scripts/generic/install_lightning_2.99.sh", "scripts/generic/smoke_lightning_2.99.sh"]
+    expected += ["scripts/generic/install_lightning_2.99.sh"]
     expected.append("modulefiles/lightning-xpu/.modulerc.lua")  # hides the rendered modulefiles (templates)
     assert produced == sorted(expected)
     assert (out / "modulefiles/lightning-xpu/.modulerc.lua").read_text().count("hide_version(") == 3
@@ -336,7 +334,7 @@ def test_recipe_hash_follows_its_inputs(temp_repo: Path) -> None:
     assert after[("2.7", "generic")] != before[("2.7", "generic")]  # matrix entry 2.7 changed
     assert after[("2.13", "dawn")] != before[("2.13", "dawn")]  # site dawn changed
     assert after[("2.13", "generic")] == before[("2.13", "generic")]  # neither changed
-    edit(temp_repo / "recipes/templates/smoke_lightning.sh.j2", "# No account", "# (edited) No account")
+    edit(temp_repo / "recipes/templates/install_lightning.sh.j2", "# No account", "# (edited) No account")
     assert run_render("render", "--all", repo=temp_repo).returncode == 0
     assert _recipe_hash(temp_repo, "2.13", "generic") != before[("2.13", "generic")]
 
@@ -366,11 +364,11 @@ def test_check_refuses_broken_shell_and_empty_artifacts(temp_repo: Path) -> None
     engine = temp_repo / ENGINE
     engine.write_text(engine.read_text() + "\nlxpu_oops() {\n")
     (temp_repo / "recipes/templates/requirements.txt.j2").write_text("{# nothing #}\n")
-    edit(temp_repo / "recipes/templates/smoke_lightning.sh.j2", "set -euo pipefail\n", "set -euo pipefail\nif\n")
+    edit(temp_repo / "recipes/templates/install_lightning.sh.j2", "set -euo pipefail\n", "set -euo pipefail\nif\n")
     done = run_render("check", repo=temp_repo)
     assert done.returncode == 1
     broken = [line for line in done.stdout.splitlines() if line.startswith("broken: ")]
     assert f"broken: {ENGINE}: bash -n: {ENGINE}: line " in "\n".join(broken)
     assert "broken: envs/generic/2.13-cpu/requirements.txt: empty" in broken
-    assert any(line.startswith("broken: scripts/dawn/smoke_lightning_2.7.sh: bash -n: ") for line in broken)
+    assert any(line.startswith("broken: scripts/dawn/install_lightning_2.7.sh: bash -n: ") for line in broken)
     assert "broken file(s): fix the template (recipes/templates/) or " + ENGINE in done.stderr

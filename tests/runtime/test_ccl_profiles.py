@@ -1,10 +1,11 @@
 """oneCCL's "ccl" backend on faithful profiles (tests/xpu_profiles.py row oneccl_needs_ipex_first): on PyTorch
 2.5-2.7 the bindings' XPU part loads only when IPEX was imported first; the runtime imports IPEX first and checks that
-the XPU part is loaded, in process-group setup and in the smoke job's all-reduce."""
+the XPU part is loaded, in process-group setup and in the smoke job's all-reduce (lightning_xpu/report/worker.py)."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu._namespaces import LIGHTNING
+from lightning_xpu.report import worker
 
 REPO = Path(__file__).resolve().parents[2]
 BINDINGS, IPEX = "oneccl_bindings_for_pytorch", "intel_extension_for_pytorch"
@@ -63,17 +65,18 @@ def test_bindings_of_2_8_need_no_ipex(simulated_xpu, recorded_process_group) -> 
     assert not sim.ipex_imported
 
 
-def test_smoke_all_reduce_stops_with_the_same_reason(simulated_xpu, monkeypatch) -> None:
-    """The smoke job's ccl all-reduce rank checks the bindings the same way, before any collective."""
+def test_smoke_all_reduce_stops_with_the_same_reason(simulated_xpu, monkeypatch, tmp_path) -> None:
+    """The smoke job's ccl all-reduce rank (the validation worker's `collectives`) checks the bindings the same way,
+    before any collective."""
     simulated_xpu(torch="2.7", oneccl=True, ipex=False)
 
     def init_process_group(*args: object, **kwargs: object) -> None:
         raise AssertionError("reached init_process_group with bindings that cannot do XPU")
 
     monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
-    spec = importlib.util.spec_from_file_location("lxpu_smoke", REPO / "scripts" / "common" / "smoke.py")
-    assert spec is not None and spec.loader is not None
-    smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(smoke)
-    with pytest.raises(RuntimeError, match=r"XPU part .* is not loaded"):
-        smoke.allreduce_worker(0, "ccl", "xpu", 1)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert worker.main(["collectives", "--backend", "ccl", "--device", "xpu", "--out", str(tmp_path)]) == 1
+    error = json.loads((tmp_path / "rank-0.json").read_text())["error"]
+    assert re.match(r"RuntimeError: .*XPU part .* is not loaded", error), error

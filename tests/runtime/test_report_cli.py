@@ -14,6 +14,7 @@ import pytest
 from lightning_xpu.report import FAIL, PASS, SKIP
 from lightning_xpu.report.checks import CHECKS
 from lightning_xpu.report.cli import main
+from lightning_xpu.report.framework import checks_of
 from lightning_xpu.report.schema import check_report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +57,41 @@ def test_validate_lists_the_checks(capsys) -> None:
     assert main(["validate", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [spec.name for spec in CHECKS]
+
+
+def test_smoke_level_writes_its_report_outside_the_working_directory(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`lightning-xpu validate --level smoke` without --json writes into the user's state directory (issue 20: never
+    the working directory), JSON only, in the report schema with its level."""
+    work, state = tmp_path / "work", tmp_path / "state"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    monkeypatch.setenv("LIGHTNING_XPU_VARIANT", "cpu")
+    assert main(["validate", "--level", "smoke", "--only", "devices"]) == 0
+    assert not list(work.iterdir())
+    (written,) = (state / "lightning-xpu").iterdir()
+    assert written.name.startswith("smoke-") and written.suffix == ".json"
+    data = json.loads(written.read_text())
+    check_report(data)
+    assert data["level"] == "smoke" and [c["name"] for c in data["checks"]] == ["devices"]
+    assert data["checks"][0]["detail"]["summary"] == "no XPU: ran on CPU"
+    assert f"report: {written}\n" in capsys.readouterr().out
+
+
+def test_smoke_level_requires_xpu_for_the_xpu_variant(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The variant decides, as the install engine's --require-xpu does: the xpu variant without an XPU fails."""
+    monkeypatch.setenv("LIGHTNING_XPU_VARIANT", "xpu")
+    assert main(["validate", "--level", "smoke", "--only", "devices", "--json", str(tmp_path / "s.json")]) == 1
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["checks"][0]["reason"] == "no XPU device visible to torch, and --require-xpu was given"
+    assert data["notes"] == ["the xpu variant (LIGHTNING_XPU_VARIANT): the fits must run on an XPU device"]
+
+
+def test_smoke_level_lists_its_own_checks(capsys) -> None:
+    assert main(["validate", "--level", "smoke", "--list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == [spec.name for spec in checks_of("smoke")] and "fit_ddp" in names and "runtime" not in names
+    assert not set(names) & {spec.name for spec in CHECKS}  # one framework, two distinct levels
 
 
 def test_the_patch_report_and_its_public_function(tmp_path: Path) -> None:

@@ -43,6 +43,10 @@ def test_a_report_writes_valid_json_and_readable_markdown(tmp_path: Path) -> Non
         (lambda d: d["summary"].update(skip=True), "$.summary.skip: expected integer, got bool"),
         (lambda d: d["checks"][0].update(name="Bad Name"), "does not match"),
         (lambda d: d["versions"].update(torch=2), "$.versions.torch: expected string or null"),
+        (lambda d: d["checks"][0].update(oneccl=[{"rank": 0, "variables": {"CCL_LOCAL_RANK": 0}}]),
+         "$.checks[0].oneccl[0].variables.CCL_LOCAL_RANK: expected string, got int"),
+        (lambda d: d["checks"][0].update(oneccl=[{"variables": {}}]), "$.checks[0].oneccl[0]: missing 'rank'"),
+        (lambda d: d.update(level="quick"), "$.level: 'quick' is not one of"),
     ],
 )
 def test_the_schema_names_each_violation(change, problem) -> None:

@@ -561,10 +561,8 @@ _lxpu_validate_repository() {
 		[[ -f "$value" ]] ||
 			_lxpu_bad_input "$value is missing: render it with 'python recipes/render.py render --all' or pass --source"
 	done
-	for value in smoke.py toy_fit.py; do
-		[[ -f "$_lxpu_source/scripts/common/$value" ]] ||
-			_lxpu_bad_input "$_lxpu_source/scripts/common/$value is missing: pass the repository with --source"
-	done
+	[[ -f "$_lxpu_source/scripts/common/toy_fit.py" ]] ||
+		_lxpu_bad_input "$_lxpu_source/scripts/common/toy_fit.py is missing: pass the repository with --source"
 	_lxpu_lock_path="$(lxpu_lock_file "$_lxpu_variant")"
 	if [[ -n "$_lxpu_lock_path" ]]; then
 		_lxpu_lock_path="$_lxpu_source/$_lxpu_lock_path"
@@ -864,7 +862,7 @@ _lxpu_enable_hook() {
 		modules+=("$LXPU_SITE_PYTHON_MODULE")
 	{ ((${#modules[@]} == 0)) || printf '%s\n' "${modules[@]}"; } |
 		_lxpu_write_new "$_lxpu_env/lightning-xpu-site-modules.txt"
-	_lxpu_run cp "$_lxpu_source/scripts/common/smoke.py" "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
+	_lxpu_run cp "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
 }
 
 # Write stdin into a file of the staging environment (not yet visible to anyone: no temp file needed).
@@ -898,12 +896,13 @@ _lxpu_byte_compile() {
 	return 0
 }
 
-# The environment as the setup script and modulefile give it, in a subshell.
+# The environment as the setup script and modulefile give it, in a subshell: `lightning-xpu validate --level smoke`.
 _lxpu_smoke() {
 	_lxpu_step "run the smoke job"
 	local share="$_lxpu_env/share/lightning-xpu" args=()
-	[[ "$_lxpu_variant" != xpu ]] || args=(--require-xpu)
-	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" "$share/smoke.py" --json "$share/smoke.json" "${args[@]}")"
+	args=(-m lightning_xpu validate --level smoke --json "$share/smoke.json")
+	[[ "$_lxpu_variant" != xpu ]] || args+=(--require-xpu)
+	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" "${args[@]}")"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	local status=0
 	(
@@ -913,7 +912,7 @@ _lxpu_smoke() {
 		export PATH="$_lxpu_env/bin:$PATH" LIGHTNING_XPU_ROOT="$_lxpu_env" PYTHONDONTWRITEBYTECODE=1
 		export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$_lxpu_tag"
 		if [[ "$_lxpu_env_manager" == conda ]]; then export CONDA_PREFIX="$_lxpu_env"; else export VIRTUAL_ENV="$_lxpu_env"; fi
-		exec "$_lxpu_py" "$share/smoke.py" --json "$share/smoke.json" "${args[@]}" {_lxpu_lock_fd}>&-
+		exec "$_lxpu_py" "${args[@]}" {_lxpu_lock_fd}>&-
 	) || status=$?
 	[[ "$status" == 0 ]] || _lxpu_fail "the smoke job failed (exit $status): $(_lxpu_smoke_failures "$share/smoke.json")"
 }
@@ -925,7 +924,7 @@ try:
 except Exception as exc:
     print(f"no result ({exc})")
 else:
-    print("; ".join(n + ": " + str(c["detail"]) for n, c in checks.items() if not c["ok"])[:500])' "$1" 2>/dev/null || true
+    print("; ".join(c["name"] + ": " + c["reason"] for c in checks if c["status"] == "fail")[:500])' "$1" 2>/dev/null || true
 }
 
 _lxpu_write_manifest() {
