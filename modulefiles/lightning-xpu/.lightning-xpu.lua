@@ -94,7 +94,7 @@ if mode() == "load" then
 end
 
 local root = pathJoin(prefix, tag)
--- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+-- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
 -- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
 -- during the job changes nothing for it, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps
 -- installs, --prune and --uninstall from removing that build while this job or shell lives.

@@ -200,7 +200,7 @@ def logs_of(prefix: Path) -> set[Path]:
 
 
 def noop_log(prefix: Path) -> Path:
-    """The one log that runs which changed nothing share (each replaces the last: publish.sh)."""
+    """The one log that runs which changed nothing share (each replaces the last: lxpu_engine/cleanup.py)."""
     return prefix / "logs" / f"install-{TAG}-noop.log"
 
 
@@ -384,7 +384,7 @@ def published_build(prefix: Path) -> Path:
 
 
 def build_complete(build: Path) -> bool:
-    """A complete build: a whole manifest with status installed (what publish.sh keeps)."""
+    """A complete build: a whole manifest with status installed (what lxpu_engine/builds.py calls complete)."""
     try:
         manifest = json.loads((build / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -432,7 +432,7 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
 
 
 def make_prebuilt_env(dest: Path, source: Path) -> Path:
-    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (publish.sh).
+    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (engine.sh).
 
     A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
     visible, as --base-python does), lightning_xpu from the repository copy through a .pth file, the autoload

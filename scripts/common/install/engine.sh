@@ -11,16 +11,17 @@
 #   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename), and
 #   the shared code they call: <prefix>/.lightning-setup.lib.sh, <prefix>/modulefiles/lightning-xpu/.lightning-xpu.lua
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
-# Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are in publish.sh.
+# Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are Python, in lxpu_engine/
+# next to this file (run by _lxpu_engine; the bash side of them is the last section of this file).
 
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
 # shellcheck disable=SC2034  # read by the job
 LXPU_ENGINE_CONTRACT=4
 
-# Publishing, leases, links, cleanup, the lock and --prune/--uninstall/--rollback (never delete what is in use).
-# shellcheck source=scripts/common/install/publish.sh
-source "${BASH_SOURCE[0]%/*}/publish.sh"
+# The engine's Python package (lxpu_engine/: publishing, leases, links, cleanup, the lock, --prune/--uninstall/
+# --rollback, the free-space check), next to this file.
+_LXPU_ENGINE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Node-local staging (issue 15): the relocatable environment and its packed image.
 # shellcheck source=scripts/common/install/pack.sh
@@ -228,6 +229,7 @@ _lxpu_on_exit() {
 	local status=$? total where
 	set +e
 	trap - ERR
+	_lxpu_apply_updates
 	total="$(_lxpu_seconds_since "$_lxpu_t0")"
 	if [[ "$_lxpu_result" == help ]]; then
 		:
@@ -235,8 +237,8 @@ _lxpu_on_exit() {
 		_lxpu_step_end
 		printf 'lightning-xpu %s: %s (total %s s)\n' "${_lxpu_tag:-$LXPU_VERSION}" "$(_lxpu_final_result)" "$total"
 	elif [[ "$_lxpu_published" == 1 && "$_lxpu_dry_run" != 1 ]]; then
-		# The new build is live (scripts/common/install/publish.sh): never FAILED.
-		_lxpu_after_publish_failure "$status" "$total"
+		# The new build is live (lxpu_engine/publish.py): never FAILED.
+		_lxpu_engine publish after-publish-failure "$status" "$total"
 		status=$?
 		_lxpu_cleanup_failed_build
 	elif [[ "$status" != 2 || -n "$_lxpu_step_name" ]]; then
@@ -252,7 +254,8 @@ _lxpu_on_exit() {
 		exec 1>&"$_lxpu_stdout_fd" 2>&"$_lxpu_stderr_fd"
 		wait "$_lxpu_tee_pid" 2>/dev/null
 	fi
-	_lxpu_finish "$status"
+	[[ -z "$_lxpu_engine_python" ]] || _lxpu_engine publish finish "$status"
+	[[ -z "$_lxpu_state_dir" ]] || rm -rf "$_lxpu_state_dir"
 	exit "$status"
 }
 
@@ -655,7 +658,7 @@ _lxpu_step_check() {
 	_lxpu_say "host:        ${HOSTNAME:-$(uname -n)}${SLURM_JOB_ID:+ (Slurm job $SLURM_JOB_ID)}${PBS_JOBID:+ (PBS job $PBS_JOBID)}"
 	[[ -z "$_lxpu_unset_vars" ]] || _lxpu_say "unset for the install:$_lxpu_unset_vars"
 
-	_lxpu_check_space
+	_lxpu_engine publish check-space || exit
 }
 
 # The pins the install resolves: the recipe's requirements and pinned build tools, or the lock's entries.
@@ -676,7 +679,7 @@ _lxpu_say_pins() {
 _lxpu_published_is_current() {
 	local root="$_lxpu_prefix/$_lxpu_tag" recorded
 	[[ -L "$root" ]] || return 1
-	if [[ ! -x "$root/bin/python" ]] || ! _lxpu_build_complete "$_lxpu_current"; then
+	if [[ ! -x "$root/bin/python" ]] || ! _lxpu_engine publish complete "$_lxpu_current"; then
 		_lxpu_say "the published build has no bin/python, or its manifest.json is missing or truncated: rebuilding"
 		return 1
 	fi
@@ -1079,7 +1082,6 @@ _lxpu_write_entry_points() {
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
 	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
 	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
-	_lxpu_make_leases_dir
 	_lxpu_warn_other_contracts
 }
 
@@ -1124,9 +1126,10 @@ lxpu_main() {
 	_lxpu_installer="" _lxpu_installer_why="" _lxpu_installer_version=""
 	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
 	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
-	# publish.sh
+	# shared with lxpu_engine (_LXPU_STATE)
 	_lxpu_action=install _lxpu_keep="" _lxpu_older_than="" _lxpu_notes=() _lxpu_noop=0 _lxpu_current=""
-	_lxpu_lease_file="" _lxpu_kept_unpublished=0 _lxpu_removed=()
+	_lxpu_lease_file="" _lxpu_version="$LXPU_VERSION" _lxpu_pid=$$ _lxpu_lock_t0="" _lxpu_engine_python=""
+	_lxpu_state_dir=""
 
 	trap _lxpu_on_exit EXIT
 	trap '_lxpu_on_error $? "$BASH_COMMAND"' ERR
@@ -1144,7 +1147,8 @@ lxpu_main() {
 	command -v flock >/dev/null || _lxpu_bad_input "flock (util-linux) is missing: install util-linux or load a module that has it"
 	_lxpu_validate
 	_lxpu_validate_repository
-	_lxpu_validate_action
+	_lxpu_find_engine_python
+	_lxpu_engine publish validate-action || exit
 	# Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
 	local name
 	for name in PYTHONPATH PYTHONHOME PYTHONSTARTUP; do
@@ -1200,4 +1204,144 @@ lxpu_main() {
 	else
 		_lxpu_result="installed $_lxpu_prefix/$_lxpu_tag -> $(readlink "$_lxpu_prefix/$_lxpu_tag")"
 	fi
+}
+
+# ---- the Python engine (lxpu_engine/) and the publishing steps ------------------------------------------------
+
+# The engine state the Python modules read and change (lxpu_engine/state.py): each _lxpu_<name> listed here goes
+# into their environment (and the notes, one per line); a module changes one by writing `name=value` to file
+# descriptor 3, applied by _lxpu_apply_updates when it returns, or by the exit trap after a signal stopped both.
+_LXPU_STATE=(prefix tag version pid dry_run env shared_group lock_timeout action keep older_than variant base_python
+	log setup_file module noop force current published fail_reason result lease_file lock_fd lock_t0)
+
+# The Python the engine's modules run on (standard library only): the one the environment is built from (the
+# recipe's or --base-python's), else python3; resolved once to its executable.
+_lxpu_find_engine_python() {
+	local candidate
+	for candidate in "$_lxpu_python" python3; do
+		[[ -n "$candidate" ]] || continue
+		command -v -- "$candidate" >/dev/null || continue
+		_lxpu_engine_python="$("$candidate" -c 'import sys
+assert sys.version_info >= (3, 9)
+print(sys.executable)' 2>/dev/null)" && [[ -n "$_lxpu_engine_python" ]] && return 0
+	done
+	_lxpu_bad_input "no Python 3.9 or newer to run the install engine ($_LXPU_ENGINE_DIR/lxpu_engine): load a Python module or pass --base-python PATH"
+}
+
+# _lxpu_engine MODULE COMMAND [ARGS...]: run a command of lxpu_engine/MODULE.py with the engine's state; returns
+# its exit status (a failure has printed its message and set _lxpu_fail_reason). It writes no bytecode: the
+# repository may be shared or read-only.
+_lxpu_engine() {
+	local name ref vars=() status=0
+	for name in "${_LXPU_STATE[@]}"; do
+		ref="_lxpu_$name"
+		vars+=("$ref=${!ref-}")
+	done
+	vars+=("_lxpu_notes=$(printf '%s\n' "${_lxpu_notes[@]}")")
+	[[ -z "${_lxpu_cluster_name+set}" ]] || vars+=("_lxpu_cluster_name=$_lxpu_cluster_name")
+	[[ -n "$_lxpu_state_dir" ]] || _lxpu_state_dir="$(mktemp -d "${TMPDIR:-/tmp}/lightning-xpu-engine.XXXXXX")"
+	env "${vars[@]}" PYTHONPATH="$_LXPU_ENGINE_DIR" "$_lxpu_engine_python" -B -u -s -m "lxpu_engine.$1" "${@:2}" \
+		3>"$_lxpu_state_dir/updates" || status=$?
+	_lxpu_apply_updates
+	return "$status"
+}
+
+_lxpu_apply_updates() {
+	local file="${_lxpu_state_dir:+$_lxpu_state_dir/updates}" name value
+	[[ -n "$file" && -s "$file" ]] || return 0
+	while IFS='=' read -r name value; do
+		case "$name" in
+		note) _lxpu_notes+=("$value") ;;
+		*) printf -v "_lxpu_$name" '%s' "$value" ;;
+		esac
+	done <"$file"
+	: >"$file"
+}
+
+_lxpu_joined() {
+	local item list=""
+	for item in "$@"; do list+="${list:+, }$item"; done
+	printf '%s' "$list"
+}
+
+# The last line of a successful run: the engine's result plus what else changed (repairs, removals: the notes).
+# A run that changed or removed anything never says "nothing changed".
+_lxpu_final_result() {
+	local result="${_lxpu_result:-done}" notes="" note
+	for note in "${_lxpu_notes[@]}"; do notes+="${notes:+; }$note"; done
+	if [[ -n "$notes" && "$result" == *"nothing changed"* ]]; then
+		result="${result/nothing changed/$notes}"
+	elif [[ -n "$notes" ]]; then
+		result+="; $notes"
+	fi
+	printf '%s' "$result"
+}
+
+# The install lock (lxpu_engine/locking.py): this shell holds the lock file open for the whole run; the lock taken
+# on it by the engine stays with it. Opened read-write without truncating: the holder's line stays readable.
+_lxpu_lock() {
+	_lxpu_step "take the install lock"
+	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" again=() status=0
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_engine publish lock || exit
+		return 0
+	fi
+	mkdir -p "$_lxpu_prefix/.locks"
+	while :; do
+		exec {_lxpu_lock_fd}<>"$lockfile"
+		status=0
+		_lxpu_engine publish lock ${again[@]+"${again[@]}"} || status=$?
+		((status == 75)) || break # 75: the file was replaced while we waited: lock the new one
+		exec {_lxpu_lock_fd}>&-
+		again=(again)
+	done
+	((status == 0)) || exit "$status"
+}
+
+# Publishing (lxpu_engine/publish.py has the operations and their order): the record in the new build, the
+# entry points, then THE publishing rename and what follows it.
+_lxpu_publish() {
+	_lxpu_step "publish"
+	_lxpu_engine publish record || exit
+	_lxpu_share_permissions -R "$_lxpu_env"
+	[[ -z "${LXPU_TEST_PAUSE_AT:-}${LXPU_TEST_FAIL_AT:-}" ]] || _lxpu_engine publish test-hook entry-points || exit
+	_lxpu_write_entry_points
+	_lxpu_engine publish switch || exit
+}
+
+# A failed or interrupted build removes its own staging environment, temporary files and lease.
+_lxpu_cleanup_failed_build() {
+	[[ "$_lxpu_dry_run" == 1 || -z "$_lxpu_lock_fd" ]] && return 0
+	_lxpu_pack_stop
+	_lxpu_engine publish cleanup-failed
+}
+
+# --prune, --uninstall and --rollback (lxpu_engine/admin.py), under the install lock, after the links were
+# validated (and repaired).
+_lxpu_admin_action() {
+	_lxpu_step_total=2
+	_lxpu_lock
+	case "$_lxpu_action" in
+	prune) _lxpu_step "prune builds of $_lxpu_tag" ;;
+	uninstall) _lxpu_step "uninstall $_lxpu_tag" ;;
+	rollback) _lxpu_step "roll back $_lxpu_tag" ;;
+	esac
+	_lxpu_engine publish admin || exit
+	# The build rolled back to is published with this checkout's setup script and modulefile.
+	[[ "$_lxpu_action" != rollback ]] || _lxpu_entry_points_current || _lxpu_write_entry_points
+}
+
+# LXPU_TEST_PREBUILT=DIR (tests only): steps 3 to 8 copy DIR, a small prebuilt environment with the files those
+# steps would leave (tests/install/install_harness.py makes it), instead of building; the manifest and publishing
+# steps then run as always. The fault tests of publishing, links, locks and logs need no real install.
+_lxpu_test_prebuilt() {
+	_lxpu_step "copy the prebuilt test environment (LXPU_TEST_PREBUILT)"
+	[[ -d "$LXPU_TEST_PREBUILT" ]] || _lxpu_fail "LXPU_TEST_PREBUILT=$LXPU_TEST_PREBUILT is not a directory"
+	mkdir -p "$_lxpu_prefix/.envs"
+	_lxpu_run cp -a "$LXPU_TEST_PREBUILT" "$_lxpu_env"
+	_lxpu_py="$_lxpu_env/bin/python"
+	_lxpu_write_manifest
+	_lxpu_publish
+	_lxpu_result="installed $_lxpu_prefix/$_lxpu_tag -> $(readlink "$_lxpu_prefix/$_lxpu_tag" || true)"
+	exit 0
 }

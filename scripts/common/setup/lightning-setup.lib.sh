@@ -37,7 +37,7 @@ _lxpu_setup() {
   local target hops lease_dir host lease job start
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
   root="$here/$tag"
-  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/publish.sh):
+  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
   # resolve <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this
   # shell, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and
   # --uninstall from removing that build while this job (or, outside a scheduler, this shell) lives.

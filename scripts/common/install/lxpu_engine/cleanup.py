@@ -1,0 +1,93 @@
+"""What killed or failed runs leave behind, and the logs.
+
+Under the lock, a run removes incomplete builds of killed runs (an install lease of theirs is left, and stale) that
+no live lease holds, and temporary files of killed runs. Complete builds are never removed here, nor anything a
+link points to, nor an incomplete build no install left a lease on (damaged by hand, or from an older installer:
+said). Complete builds go only through --prune and --uninstall (lxpu_engine/admin.py).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+from lxpu_engine.builds import builds, complete, follow
+from lxpu_engine.leases import drop_install_lease, live_leases
+from lxpu_engine.state import State, remove_quietly, run, say
+
+
+def remove_leftovers(state: State) -> int:
+    """Remove what killed runs left; returns how many complete builds nothing links to were kept."""
+    envs, tag = state.envs, state.tag
+    if not os.path.isdir(envs):
+        return 0
+    resolved = follow(f"{envs}/{tag}.previous")
+    previous = os.path.basename(resolved) if resolved is not None else ""
+    own = state.tmp("")
+    temporary = 0
+    for path in sorted(glob.glob(glob.escape(f"{envs}/.tmp.{tag}.") + "*")):
+        if path.startswith(own):
+            continue
+        say(f"removing leftover {path} (a temporary file of a killed run)")
+        run(state, "rm", "-rf", path)
+        temporary += 1
+    if temporary:
+        state.note(f"removed {temporary} temporary file(s) of a killed run", quietly=True)
+    kept = 0
+    for name in builds(state):
+        if name in (state["current"], previous, state.env_name):
+            continue
+        if complete(state, name):
+            kept += 1
+            continue
+        leases = live_leases(state, name)
+        if leases:
+            say(f"keeping the incomplete build {envs}/{name}: in use or in flight ({'; '.join(leases)})")
+            continue
+        install_leases = sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*.install-*"))
+        if not install_leases:
+            say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)")  # noqa: E501
+            continue
+        say(f"removing leftover {envs}/{name} (an incomplete build of a killed run; no lease holds it)")
+        run(state, "rm", "-rf", f"{envs}/{name}", *sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*")))  # noqa: E501
+        state.note(f"removed the leftover {name} of a killed run", quietly=True)
+    return kept
+
+
+def cleanup_failed_build(state: State) -> None:
+    """A failed or interrupted build removes its own staging environment, temporary files and lease (a kill -9
+    cannot: the next run does)."""
+    remove_quietly(*glob.glob(glob.escape(state.tmp("")) + "*"))
+    env, link = state["env"], f"{state.prefix}/{state.tag}"
+    published = os.path.islink(link) and os.readlink(link) == f".envs/{state.env_name}"
+    if env and state["published"] != "1" and os.path.isdir(env) and not published:
+        smoke = f"{env}/share/lightning-xpu/smoke.json"
+        if os.path.isfile(smoke) and state["log"]:
+            shutil.copy(smoke, state["log"].removesuffix(".log") + ".smoke.json")
+        say(f"removing the unpublished build {env}")
+        remove_quietly(env)
+    drop_install_lease(state)
+
+
+def finish(state: State, status: int) -> None:
+    """The very end of every run (the log is closed): the install's own lease goes; a run that changed nothing
+    keeps its log as logs/install-<tag>-noop.log, replacing the previous one, so logs/ does not grow per no-op
+    run; other runs keep the newest LIGHTNING_XPU_KEEP_LOGS (default 30) logs of the tag."""
+    drop_install_lease(state)
+    log = state["log"]
+    if not log or not os.path.isfile(log):
+        return
+    logs = f"{state.prefix}/logs"
+    if status == 0 and state["noop"] == "1" and not state.notes:
+        os.replace(log, f"{logs}/install-{state.tag}-noop.log")
+        return
+    keep = os.environ.get("LIGHTNING_XPU_KEEP_LOGS") or "30"
+    keep_n = int(keep) if keep.isascii() and keep.isdigit() else 30
+    pattern = glob.escape(f"{logs}/install-{state.tag}-") + "[0-9]*.log"
+    for old in sorted(glob.glob(pattern), key=os.fsencode, reverse=True)[keep_n:]:
+        for path in (old, old.removesuffix(".log") + ".smoke.json"):
+            try:
+                os.remove(path)
+            except OSError:
+                pass
