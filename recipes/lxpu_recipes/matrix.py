@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion
 from packaging.version import Version as PepVersion
 
@@ -193,6 +194,20 @@ class Version:
 
 
 @dataclass(frozen=True)
+class Discontinued:
+    """A package upstream stopped releasing ([discontinued.<name>]): a recipe pinning it is legacy."""
+
+    name: str
+    short: str
+    status: str
+    last: str
+    source: str
+
+    def describe(self, pinned: str) -> str:
+        return f"{self.short} {pinned} ({self.status}, last release {self.last})"
+
+
+@dataclass(frozen=True)
 class Matrix:
     file: str
     versions: dict[str, Version]
@@ -200,7 +215,34 @@ class Matrix:
     conda_channels: tuple[str, ...]
     conda_source: str
     tools: tuple[Pin, ...]  # install-time tools (the wheel build's setuptools), pinned for every recipe
+    discontinued: dict[str, Discontinued]
     raw: dict[str, Any]
+
+    def discontinued_pins(self, version: Version) -> list[str]:
+        """What `version` pins that upstream discontinued, one description each (empty: not legacy)."""
+        found: dict[str, str] = {}
+        for variant in version.variants.values():
+            for pin in variant.pins:
+                if pin.name in self.discontinued and pin.name not in found:
+                    found[pin.name] = self.discontinued[pin.name].describe(pin.version or "unpinned")
+        return list(found.values())
+
+    def newest_current(self) -> Version | None:
+        """The newest version that pins nothing discontinued: where a legacy recipe's users should move."""
+        current = [v for v in self.versions.values() if not self.discontinued_pins(v)]
+        return current[-1] if current else None
+
+    def legacy_line(self, version: Version) -> str:
+        """The one line a legacy recipe's install job and module print; empty for a current recipe."""
+        pins = self.discontinued_pins(version)
+        if not pins:
+            return ""
+        newest = self.newest_current()
+        move = f"move to the PyTorch {newest.minor} recipe" if newest else "no current recipe exists yet"
+        return (
+            f"lightning-xpu {version.minor} is a legacy recipe: its XPU build needs {' and '.join(pins)}; "
+            f"it stays buildable, but {move}"
+        )
 
     def known(self) -> str:
         return ", ".join(self.versions)
@@ -219,6 +261,7 @@ class Matrix:
             "variants": self.raw.get("variants"),
             "conda": self.raw.get("conda"),
             "tools": self.raw.get("tools"),
+            "discontinued": self.raw.get("discontinued"),
         }
 
 
@@ -347,6 +390,16 @@ def _read_version(
         raise table.error(
             "python", f"malformed Python version '{python['version']}' (expected 3.N, e.g. 3.11)"
         )
+    try:
+        supported = SpecifierSet(python["supported"])
+    except InvalidSpecifier:
+        raise table.error(
+            "python", f"supported '{python['supported']}' is not a version range (e.g. >=3.10,<=3.14)"
+        ) from None
+    if python["version"] not in supported:
+        raise table.error(
+            "python", f"Python {python['version']} is outside torch's supported range {supported}: pick one inside it"
+        )
     backend, _ = _read_fact(table.table("backend"), ("name",), False)
     if backend["name"] not in BACKENDS:
         raise table.error("backend", f"unknown backend '{backend['name']}' (known: {', '.join(BACKENDS)})")
@@ -378,13 +431,19 @@ def _read_version(
 
 def load_matrix(path: Path, shown_as: str) -> Matrix:
     root = Table(load_toml(path, shown_as), shown_as)
-    root.only({"schema", "sources", "conda", "tools", "variants", "versions"})
+    root.only({"schema", "sources", "conda", "tools", "discontinued", "variants", "versions"})
     if root.data.get("schema") != 1:
         raise root.error("schema", "must be 1 (the only schema this renderer reads)")
     sources = _read_sources(root)
     conda = root.table("conda")
     conda.only({"channels", "source"})
     tools = tuple(_read_pin(name, table, False, True) for name, table in root.table("tools").tables())
+    discontinued = {}
+    for name, table in root.table_or_empty("discontinued").tables():
+        table.only({"short", "status", "last", "source"})
+        discontinued[name] = Discontinued(
+            name, table.text("short"), table.text("status"), table.text("last"), table.text("source")
+        )
     variant_defaults = {}
     for name, table in root.table("variants").tables():
         if name not in VARIANT_NAMES:
@@ -404,5 +463,6 @@ def load_matrix(path: Path, shown_as: str) -> Matrix:
         conda_channels=tuple(conda.texts("channels")),
         conda_source=conda.text("source"),
         tools=tools,
+        discontinued=discontinued,
         raw=root.data,
     )

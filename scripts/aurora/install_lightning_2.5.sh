@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=3241f4c196395cb95bc47cf2d1186a719b57c47ede6ddd7239b1453003feb69c
+LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=fdedf87863ba3e5f8cd42712d72c945abd74f4fba9aafd72830950c9b2eff2cc
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

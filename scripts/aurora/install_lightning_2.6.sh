@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b806422c0f55dfbda4bd52367adca6941432ea6254127587ea272308fdac40cc
+LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=805b43d10e30d30723506b0dbb7ec34dbbdbd452554707059a7c2dfe5057f9ed
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=303738f95abef98e7f0cce8901b6c905a0103e3ae945daf483f33ca898057d92
+LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=8e3c43ce56cab0545d52d0a640a511d2f9124f10a80344c382a6b16c59e35bc4
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -21,7 +21,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=af311f87289469781b8f14a500985e3ff3c91d1f69289e6c6f4419dec60278c1
+LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=5774ae6ece8855c70593ac02b6fd9f3013039e1e6be97835f675ec17f965f90a
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

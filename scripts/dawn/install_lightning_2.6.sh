@@ -21,7 +21,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=dd71fe309be544ff99b0e7c09f9abcd4ef35f255d31bf05f706b640656d0fe1c
+LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=9fa95e9c868474eedffb25ed6ddc1f0badde9cd58f7e7432d8d3fc073ee8cc36
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -21,7 +21,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=a20930fdc638df469c892b7ad3cf6c89067026ef2952974e6c5cb4f48bf31fdd
+LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=e4d7e8d68a8ebf8c644e9c0b700ec448aa0ca8f9d86951ca6b7deb9e9721593c
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

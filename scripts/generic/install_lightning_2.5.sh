@@ -19,7 +19,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=c634e84999541d851445c3252969d3488657ad05cd51c199af29bb45b0fc1867
+LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=6ecdb4d33e9539ab0684bbb754ad1db1c076137a3761e18d42753ca4b9319029
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -19,7 +19,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=f2855e9f8811af37f72fb725578f8bcb102c0ff62c3ae68ed5b8dd3a09c776d7
+LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=a830bc266269231e46804bc5c04239f47b6a249041776488008d20ae3a0333cb
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

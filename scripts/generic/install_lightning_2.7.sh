@@ -19,7 +19,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=3e3544c415801388dc49e6c05eb19fe81d09b42badbd037011e23ff6f5e6cf64
+LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=9cf545456e2bf5ad18e5a679898fea9ff7fa96ba3d2b1e07ab8139d5c733705a
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

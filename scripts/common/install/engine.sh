@@ -639,6 +639,7 @@ _lxpu_step_check() {
 		_lxpu_say "################################################################################"
 	fi
 	_lxpu_say "recipe:      PyTorch $LXPU_VERSION, Lightning $LXPU_LIGHTNING_VERSION, site $LXPU_SITE, variant $_lxpu_variant (hash ${LXPU_RECIPE_HASH:0:12})"
+	[[ -z "${LXPU_LEGACY:-}" ]] || _lxpu_say "legacy:      $LXPU_LEGACY"
 	_lxpu_say "prefix:      $_lxpu_prefix (tag $_lxpu_tag)"
 	_lxpu_say "repository:  $_lxpu_source (commit $_lxpu_commit)"
 	_lxpu_say "environment: $_lxpu_env_manager ($_lxpu_env_why), Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
