@@ -288,12 +288,23 @@ def _read_pin(name: str, table: Table, labelled: bool, required: bool) -> Pin:
     return Pin(name, version, table.text("source"), "", labelled)
 
 
-def _read_pins(table: Table, labelled: list[str], omitted: list[str], required: tuple[str, ...]) -> list[Pin]:
+def _read_pins(
+    table: Table, labelled: list[str], omitted: list[str], required: tuple[str, ...], local_ok: str
+) -> list[Pin]:
+    """The pins of `table`. Local version labels (`+xpu`): the variant adds its own label to the packages it
+    lists in `labelled`, so a pin never writes one there; any other pin may carry one only where `local_ok` is
+    empty, i.e. in a variant's own pins whose sources include an index that is not PyPI (PyPI holds no local
+    versions, PEP 440), such as IPEX's `2.5.10+xpu` from the Intel index."""
     pins = []
     for name, pin_table in table.tables():
         if name in omitted:
             continue
-        pins.append(_read_pin(name, pin_table, name in labelled, name in required))
+        pin = _read_pin(name, pin_table, name in labelled, name in required)
+        local = PepVersion(pin.version).local if pin.verified else None
+        if local and (pin.labelled or local_ok):
+            why = "the variant adds its build label itself (`labelled`)" if pin.labelled else local_ok
+            raise pin_table.error("version", f"'{pin.version}' carries a local label (+{local}): {why}")
+        pins.append(pin)
     return pins
 
 
@@ -335,8 +346,12 @@ def _read_variant(
     omit_why = pick("omit_why").text("omit_why") if pick("omit_why").has("omit_why") else ""
     if omitted and not omit_why:
         raise pick("omit").error("omit", "omits packages without saying why: add omit_why")
-    pins = _read_pins(version_pins, labelled, omitted, ("torch", "lightning"))
-    pins += _read_pins(override.table_or_empty("pins"), labelled, [], ())
+    shared = "a pin shared by every variant has none: pin a labelled build under the variant's own pins"
+    pins = _read_pins(version_pins, labelled, omitted, ("torch", "lightning"), shared)
+    sources_of = _source_list(pick("sources"), sources)
+    pypi_only = all(source.name == "pypi" for source in sources_of)
+    no_local = "PyPI, this variant's only source, has no local versions" if pypi_only else ""
+    pins += _read_pins(override.table_or_empty("pins"), labelled, [], (), no_local)
     names = [pin.name for pin in pins]
     for required in ("torch", "lightning"):
         if required not in names:
@@ -353,7 +368,7 @@ def _read_variant(
         name=name,
         description=defaults.text("description"),
         source=defaults.text("source"),
-        sources=_source_list(pick("sources"), sources),
+        sources=sources_of,
         label=label,
         pins=tuple(pins),
         omitted=tuple(omitted),
@@ -437,7 +452,9 @@ def load_matrix(path: Path, shown_as: str) -> Matrix:
     sources = _read_sources(root)
     conda = root.table("conda")
     conda.only({"channels", "source"})
-    tools = tuple(_read_pin(name, table, False, True) for name, table in root.table("tools").tables())
+    tool_table = root.table("tools")
+    every_tool = tuple(name for name, _ in tool_table.tables())
+    tools = tuple(_read_pins(tool_table, [], [], every_tool, "install-time tools come from PyPI, which has none"))
     discontinued = {}
     for name, table in root.table_or_empty("discontinued").tables():
         table.only({"short", "status", "last", "source"})
