@@ -13,6 +13,7 @@ from packaging.version import Version as PepVersion
 
 from .errors import RecipeError
 from .lightning_range import check_lightning_pin
+from .lockbind import LIGHTNING_PACKAGES
 from .tomldata import Table, load_toml
 
 VARIANT_NAMES = ("xpu", "cpu", "cuda")
@@ -308,6 +309,26 @@ def _read_pins(
     return pins
 
 
+def _pin_lightning_together(pins: list[Pin], table: Table) -> list[Pin]:
+    """`lightning`, `pytorch-lightning` and `lightning-fabric` are one release: `lightning` requires
+    `pytorch-lightning` unpinned (lightning's wheel metadata), so the recipe pins it to the same version (added
+    here when the recipe leaves it out); a recipe that pins them apart is refused."""
+    lightning = next(pin for pin in pins if pin.name == "lightning")
+    for pin in pins:
+        if pin.name in LIGHTNING_PACKAGES and pin.version != lightning.version:
+            raise table.error(
+                pin.name,
+                f"{pin.name} {pin.version or 'unpinned'} with lightning {lightning.version}: Lightning's packages "
+                f"are one release, pin {pin.name} to {lightning.version} (or leave it out: it follows lightning)",
+            )
+    if any(pin.name == "pytorch-lightning" for pin in pins):
+        return pins
+    source = f"pinned with lightning ({lightning.source}): lightning's Requires-Dist names pytorch-lightning unpinned"
+    follower = Pin("pytorch-lightning", lightning.version, source, "", False)
+    at = pins.index(lightning) + 1
+    return [*pins[:at], follower, *pins[at:]]
+
+
 def _read_sources(root: Table) -> dict[str, Source]:
     sources = {}
     for name, table in root.table("sources").tables():
@@ -359,10 +380,11 @@ def _read_variant(
     torch = pins[names.index("torch")]
     if PepVersion(torch.version).release[:2] != PepVersion(minor).release[:2]:
         raise version_pins.error("torch", f"torch {torch.version} is not a {minor} release")
+    pins = _pin_lightning_together(pins, version_pins)
     for pin in pins:
         if pin.verified:
             _check_version_text(version_pins, pin.name, pin.requirement(label).split("==", 1)[1])
-        if pin.name in ("lightning", "pytorch-lightning", "lightning-fabric") and pin.verified:
+        if pin.name in LIGHTNING_PACKAGES and pin.verified:
             check_lightning_pin(version_pins, pin.name, pin.version)
     return Variant(
         name=name,
