@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from .artifacts import Artifact, Renderer
 from .errors import RecipeError
+from .lightning_range import patches_for
 from .locking import LockRequest, lock, rewrite_headers, stale_locks
 from .outputs import broken, drift, remove_stale, render_selection, write_artifacts
 from .recipes import Recipes, load_recipes
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list versions, variants, sites and unverified facts")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument(
+        "--patches",
+        action="store_true",
+        help="per recipe Lightning pin, the runtime patches lightning_xpu applies (lightning_xpu/versions.py)",
+    )
 
     rendering = commands.add_parser(
         "render",
@@ -82,6 +88,26 @@ def _parser() -> argparse.ArgumentParser:
         "that already hold exactly the recipe's pins; entries and hashes are not touched",
     )
     return parser
+
+
+def _cmd_patches(recipes: Recipes, as_json: bool) -> int:
+    """Per Lightning pin of the recipes (and the PyTorch versions pinning it), the patches it gets."""
+    pins: dict[str, list[str]] = {}
+    for minor, version in recipes.matrix.versions.items():
+        pins.setdefault(version.lightning, []).append(minor)
+    data = {lightning: {"pytorch": minors, "patches": patches_for(lightning)} for lightning, minors in pins.items()}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for lightning, entry in data.items():
+        count = sum(len(targets) for targets in entry["patches"].values())
+        known = f"{count} patches" if count else "no patches: lightning_xpu/versions.py does not know this minor"
+        print(f"Lightning {lightning} (PyTorch {', '.join(entry['pytorch'])}): {known}")
+        for module, targets in entry["patches"].items():
+            print(f"  {module}:")
+            for target in targets:
+                print(f"    {target}")
+    return 0
 
 
 def _cmd_list(recipes: Recipes, as_json: bool) -> int:
@@ -228,7 +254,7 @@ def main(argv: list[str], default_recipes: Path) -> int:
     try:
         recipes = load_recipes(args.recipes or default_recipes, args.repo)
         if args.command == "list":
-            return _cmd_list(recipes, args.json)
+            return _cmd_patches(recipes, args.json) if args.patches else _cmd_list(recipes, args.json)
         if args.command == "render":
             return _cmd_render(recipes, args)
         if args.command == "check":
