@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real services the tests need, only what is missing:
 #   - Debian: munge, Slurm (slurmctld, slurmd, client, and the Torque-style qsub wrapper slurm-wlm-torque,
-#     which the Aurora job tests submit through), Lmod, MPICH, shellcheck, iproute2 (network
+#     which the Aurora job tests submit through), Lmod, lua5.3 (luac for render.py check), MPICH, shellcheck, iproute2 (network
 #     namespaces for the multi-node stage), plus the venv module for the system python3.11;
 #   - Intel MPI from PyPI (impi-rt) into its own venv, build/venvs/impi. Its mpiexec stays off the
 #     default PATH so that MPICH's Hydra (/usr/bin/mpiexec.mpich) and Intel's never shadow each other.
@@ -10,7 +10,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client slurm-wlm-torque lmod mpich shellcheck iproute2 util-linux procps strace zstd)
+DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client slurm-wlm-torque lmod lua5.3 mpich shellcheck iproute2 util-linux procps strace zstd)
 # 2021.19 needs libfabric>=2.6, which is not on PyPI; 2021.18.1 is the newest self-contained release.
 IMPI_VERSION="${LXPU_IMPI_VERSION:-2021.18.1}"
 IMPI_VENV="$LXPU_REPO_ROOT/build/venvs/impi"

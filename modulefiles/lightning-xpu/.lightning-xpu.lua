@@ -15,6 +15,7 @@
 --   tag, minor, variant, variant_description, torch, lightning, python, backend, notes
 --   siblings     the tags of this minor (the variant guard)
 --   install_job  the install job's file name (install_lightning_<minor>.sh), for the hints
+--   legacy       (optional; only a legacy recipe's modulefiles have it) the one line printed at each load
 -- One body serves every tag of a prefix, and their install jobs may come from different checkouts: bump CONTRACT
 -- (recipes/render.py reads it and renders it into every modulefile) with any change to the fields or their
 -- meaning; a modulefile of another contract then stops with one line naming the fix. The contract check reads
@@ -44,6 +45,12 @@ help("lightning-xpu " .. tag .. ": PyTorch " .. data.torch .. " (" .. data.varia
   .. "Distributed backend on XPU: " .. data.backend .. ". Python " .. data.python .. ".\n"
   .. "pip install --user goes to $HOME/.local/lightning-xpu/" .. tag .. " (PYTHONUSERBASE), one per version.\n"
   .. (data.notes ~= "" and data.notes .. "\n" or ""))
+
+-- A legacy recipe (it pins a package upstream discontinued: recipes/matrix.toml [discontinued]) says so once per
+-- load, naming the recipe to move to.
+if mode() == "load" and data.legacy then
+  LmodMessage(data.legacy)
+end
 
 whatis("Name: lightning-xpu")
 whatis("Version: " .. tag)

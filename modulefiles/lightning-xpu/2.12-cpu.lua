@@ -4,9 +4,15 @@
 -- Data only: the code is the modulefile body .lightning-xpu.lua next to this file, the same for every tag
 -- (modulefiles/lightning-xpu/.lightning-xpu.lua in the repository); the install job copies both into the prefix.
 local here = myFileName():match("^(.*/)")
-local run = loadfile(here .. ".lightning-xpu.lua", "t", _ENV) -- in this modulefile's sandbox (Lua 5.1: the global one)
+local body = here .. ".lightning-xpu.lua"
+local run, why = loadfile(body, "t", _ENV) -- in this modulefile's sandbox (Lua 5.1: the global one)
 if not run then
-  LmodError("lightning-xpu/2.12-cpu: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.12.sh --variant cpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
+  local present = io.open(body) -- there but not valid Lua: show Lua's own error, not "missing"
+  if present then
+    present:close()
+    LmodError("lightning-xpu/2.12-cpu: the modulefile body does not load: " .. tostring(why))
+  end
+  LmodError("lightning-xpu/2.12-cpu: the modulefile body '" .. body .. "' is missing or unreadable: rerun install_lightning_2.12.sh --variant cpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
 run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
@@ -18,7 +24,7 @@ run({ -- (the fields that differ between the variants of a version are spread ou
   python = "3.11",
   variant = "cpu",
   backend = "xccl",
-  notes = "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it.",
+  notes = "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it. May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).",
   siblings = { "2.12", "2.12-cpu", "2.12-cuda" },
   install_job = "install_lightning_2.12.sh",
   variant_description = "CPU-only wheels (no accelerator)",

@@ -4,9 +4,15 @@
 -- Data only: the code is the modulefile body .lightning-xpu.lua next to this file, the same for every tag
 -- (modulefiles/lightning-xpu/.lightning-xpu.lua in the repository); the install job copies both into the prefix.
 local here = myFileName():match("^(.*/)")
-local run = loadfile(here .. ".lightning-xpu.lua", "t", _ENV) -- in this modulefile's sandbox (Lua 5.1: the global one)
+local body = here .. ".lightning-xpu.lua"
+local run, why = loadfile(body, "t", _ENV) -- in this modulefile's sandbox (Lua 5.1: the global one)
 if not run then
-  LmodError("lightning-xpu/2.6: the modulefile body '" .. here .. ".lightning-xpu.lua' is missing or unreadable: rerun install_lightning_2.6.sh --variant xpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
+  local present = io.open(body) -- there but not valid Lua: show Lua's own error, not "missing"
+  if present then
+    present:close()
+    LmodError("lightning-xpu/2.6: the modulefile body does not load: " .. tostring(why))
+  end
+  LmodError("lightning-xpu/2.6: the modulefile body '" .. body .. "' is missing or unreadable: rerun install_lightning_2.6.sh --variant xpu --prefix '" .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")
     .. "' (it writes the body next to the modulefile)")
 end
 run({ -- (the fields that differ between the variants of a version are spread out: no long run repeats)
@@ -19,6 +25,7 @@ run({ -- (the fields that differ between the variants of a version are spread ou
   variant = "xpu",
   backend = "ccl",
   notes = "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).",
+  legacy = "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe",
   siblings = { "2.6", "2.6-cpu", "2.6-cuda" },
   install_job = "install_lightning_2.6.sh",
   variant_description = "Intel GPU (XPU) wheels",

@@ -136,6 +136,7 @@ class Renderer:
             "tag": version.tag(variant),
             "names": version.names(variant),
             "install_job": install_script(version.minor),
+            "legacy": self.recipes.matrix.legacy_line(version),
             "body_contract": self.recipes.body_contract(),
             "setup_contract": self.recipes.library_contract(),
         }
@@ -183,6 +184,7 @@ class Renderer:
             {
                 **shared,
                 "script": install_script(version.minor),
+                "legacy": self.recipes.matrix.legacy_line(version),
                 "engine": ENGINE,
                 "contract": self.recipes.engine_contract(),
                 "conda_channels": self.recipes.matrix.conda_channels,

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from .artifacts import Renderer
+from .artifacts import Artifact, Renderer
 from .errors import RecipeError
-from .locking import LockRequest, lock, stale_locks
-from .matrix import SETUP_LIBRARY
+from .lightning_range import patches_for
+from .locking import LockRequest, lock, rewrite_headers, stale_locks
 from .outputs import broken, drift, remove_stale, render_selection, write_artifacts
-from .recipes import ENGINE, Recipes, load_recipes
+from .recipes import Recipes, load_recipes
 
 PROG = "render.py"
 
@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list versions, variants, sites and unverified facts")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument(
+        "--patches",
+        action="store_true",
+        help="per recipe Lightning pin, the runtime patches lightning_xpu applies (lightning_xpu/versions.py)",
+    )
 
     rendering = commands.add_parser(
         "render",
@@ -76,7 +81,33 @@ def _parser() -> argparse.ArgumentParser:
     locking.add_argument(
         "--timeout", type=int, default=15, help="pip network timeout in seconds (default 15)"
     )
+    locking.add_argument(
+        "--header-only",
+        action="store_true",
+        help="offline: rewrite the recipe header (# recipe:, # inputs-sha256:) of the selected committed locks "
+        "that already hold exactly the recipe's pins; entries and hashes are not touched",
+    )
     return parser
+
+
+def _cmd_patches(recipes: Recipes, as_json: bool) -> int:
+    """Per Lightning pin of the recipes (and the PyTorch versions pinning it), the patches it gets."""
+    pins: dict[str, list[str]] = {}
+    for minor, version in recipes.matrix.versions.items():
+        pins.setdefault(version.lightning, []).append(minor)
+    data = {lightning: {"pytorch": minors, "patches": patches_for(lightning)} for lightning, minors in pins.items()}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for lightning, entry in data.items():
+        count = sum(len(targets) for targets in entry["patches"].values())
+        known = f"{count} patches" if count else "no patches: lightning_xpu/versions.py does not know this minor"
+        print(f"Lightning {lightning} (PyTorch {', '.join(entry['pytorch'])}): {known}")
+        for module, targets in entry["patches"].items():
+            print(f"  {module}:")
+            for target in targets:
+                print(f"    {target}")
+    return 0
 
 
 def _cmd_list(recipes: Recipes, as_json: bool) -> int:
@@ -143,6 +174,12 @@ def _cmd_render(recipes: Recipes, args: argparse.Namespace) -> int:
         for version in versions:
             recipes.select_variants(version, args.variant, strict=True)
     artifacts = render_selection(renderer, versions, recipes.select_sites(args.site), args.variant)
+    refused = _refusals(recipes, artifacts)
+    if refused:
+        for line in refused:
+            print(line, file=sys.stderr)
+        print(f"{PROG} render: nothing written: {len(refused)} problem(s) that check refuses too", file=sys.stderr)
+        return 1
     if args.out is not None:
         written = write_artifacts(artifacts, args.out)
         print(f"rendered {len(artifacts)} files into {args.out} ({len(written)} written)")
@@ -158,37 +195,50 @@ def _cmd_render(recipes: Recipes, args: argparse.Namespace) -> int:
     return 0
 
 
+def _refusals(recipes: Recipes, artifacts: list[Artifact]) -> list[str]:
+    """What both `render` and `check` refuse: broken renders or hand-written code, and locks that are not their
+    recipe's. (`check` also refuses drift, which `render --all` repairs.)"""
+    return [f"broken: {line}" for line in broken(artifacts, recipes.repo_root)] + [
+        f"stale lock: {line}" for line in stale_locks(recipes)
+    ]
+
+
 def _cmd_check(recipes: Recipes) -> int:
     renderer = Renderer(recipes)
     everything = render_selection(renderer, recipes.select_versions(None), recipes.select_sites(None), None)
-    faults = broken(everything, recipes.repo_root, [ENGINE, SETUP_LIBRARY])
-    problems = drift(recipes.repo_root, everything) + stale_locks(recipes)
-    for line in faults:
-        print(f"broken: {line}")
+    refused = _refusals(recipes, everything)
+    problems = drift(recipes.repo_root, everything)
+    for line in refused:
+        print(line)
     for line in problems:
         print(f"drift: {line}")
-    if faults:
+    if refused:
         print(
-            f"{PROG} check: {len(faults)} broken file(s): fix the template (recipes/templates/) or {ENGINE}, "
-            f"or {SETUP_LIBRARY}",
+            f"{PROG} check: {len(refused)} problem(s): fix the template (recipes/templates/) or the hand-written "
+            "file named, and lock again (render.py lock) where a lock is stale",
             file=sys.stderr,
         )
     if problems:
         print(
-            f"{PROG} check: {len(problems)} drifted file(s): run `python recipes/render.py render --all` "
-            "(and `lock` for locks) and commit",
+            f"{PROG} check: {len(problems)} drifted file(s): run `python recipes/render.py render --all` and commit",
             file=sys.stderr,
         )
-    if faults or problems:
+    if refused or problems:
         return 1
     print(
         f"ok: {sum(a.committed for a in everything)} committed renders and the locks match the recipes; "
-        f"no empty artifact; bash -n passes on every rendered script, {ENGINE} and {SETUP_LIBRARY}"
+        "no empty artifact; bash -n and luac -p pass on every render; bash -n, shellcheck and luac -p pass on "
+        "the hand-written shell and Lua"
     )
     return 0
 
 
 def _cmd_lock(recipes: Recipes, args: argparse.Namespace) -> int:
+    if args.header_only:
+        lines = rewrite_headers(recipes, args.torch, args.variant)
+        for line in lines or ["no committed lock selected"]:
+            print(line)
+        return 1 if any(line.startswith("not rewritten") for line in lines) else 0
     request = LockRequest(
         versions=args.torch, variants=args.variant, pip_source=args.pip_source, timeout=args.timeout
     )
@@ -204,7 +254,7 @@ def main(argv: list[str], default_recipes: Path) -> int:
     try:
         recipes = load_recipes(args.recipes or default_recipes, args.repo)
         if args.command == "list":
-            return _cmd_list(recipes, args.json)
+            return _cmd_patches(recipes, args.json) if args.patches else _cmd_list(recipes, args.json)
         if args.command == "render":
             return _cmd_render(recipes, args)
         if args.command == "check":

@@ -32,3 +32,20 @@ def check_lightning_pin(table: Table, key: str, version: str) -> None:
         raise table.error(key, refused)
     if not versions.is_supported(version):
         raise table.error(key, f"lightning {version} is outside the supported range {versions.REQUIREMENT}")
+
+
+def patches_for(lightning: str) -> dict[str, list[str]]:
+    """The runtime patches lightning_xpu applies on Lightning `lightning` (lightning_xpu/versions.py MANIFEST), by
+    the lightning_xpu module applying them: {module: ["owner.attribute", ...]}; empty when the manifest does not
+    know that Lightning minor."""
+    versions = lightning_versions()
+    minor = versions.known_minor(lightning)
+    if minor is None:
+        return {}
+    expected = versions.expected_patches(minor)
+    by_module: dict[str, list[str]] = {}
+    for group in versions.MANIFEST:
+        for name in group.names:
+            if (group.owner, name) in expected and f"{group.owner}.{name}" not in by_module.get(group.by, []):
+                by_module.setdefault(group.by, []).append(f"{group.owner}.{name}")
+    return by_module

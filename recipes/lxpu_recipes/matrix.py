@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion
 from packaging.version import Version as PepVersion
 
 from .errors import RecipeError
 from .lightning_range import check_lightning_pin
+from .lockbind import LIGHTNING_PACKAGES
 from .tomldata import Table, load_toml
 
 VARIANT_NAMES = ("xpu", "cpu", "cuda")
@@ -193,6 +195,20 @@ class Version:
 
 
 @dataclass(frozen=True)
+class Discontinued:
+    """A package upstream stopped releasing ([discontinued.<name>]): a recipe pinning it is legacy."""
+
+    name: str
+    short: str
+    status: str
+    last: str
+    source: str
+
+    def describe(self, pinned: str) -> str:
+        return f"{self.short} {pinned} ({self.status}, last release {self.last})"
+
+
+@dataclass(frozen=True)
 class Matrix:
     file: str
     versions: dict[str, Version]
@@ -200,7 +216,34 @@ class Matrix:
     conda_channels: tuple[str, ...]
     conda_source: str
     tools: tuple[Pin, ...]  # install-time tools (the wheel build's setuptools), pinned for every recipe
+    discontinued: dict[str, Discontinued]
     raw: dict[str, Any]
+
+    def discontinued_pins(self, version: Version) -> list[str]:
+        """What `version` pins that upstream discontinued, one description each (empty: not legacy)."""
+        found: dict[str, str] = {}
+        for variant in version.variants.values():
+            for pin in variant.pins:
+                if pin.name in self.discontinued and pin.name not in found:
+                    found[pin.name] = self.discontinued[pin.name].describe(pin.version or "unpinned")
+        return list(found.values())
+
+    def newest_current(self) -> Version | None:
+        """The newest version that pins nothing discontinued: where a legacy recipe's users should move."""
+        current = [v for v in self.versions.values() if not self.discontinued_pins(v)]
+        return current[-1] if current else None
+
+    def legacy_line(self, version: Version) -> str:
+        """The one line a legacy recipe's install job and module print; empty for a current recipe."""
+        pins = self.discontinued_pins(version)
+        if not pins:
+            return ""
+        newest = self.newest_current()
+        move = f"move to the PyTorch {newest.minor} recipe" if newest else "no current recipe exists yet"
+        return (
+            f"lightning-xpu {version.minor} is a legacy recipe: its XPU build needs {' and '.join(pins)}; "
+            f"it stays buildable, but {move}"
+        )
 
     def known(self) -> str:
         return ", ".join(self.versions)
@@ -219,6 +262,7 @@ class Matrix:
             "variants": self.raw.get("variants"),
             "conda": self.raw.get("conda"),
             "tools": self.raw.get("tools"),
+            "discontinued": self.raw.get("discontinued"),
         }
 
 
@@ -245,13 +289,44 @@ def _read_pin(name: str, table: Table, labelled: bool, required: bool) -> Pin:
     return Pin(name, version, table.text("source"), "", labelled)
 
 
-def _read_pins(table: Table, labelled: list[str], omitted: list[str], required: tuple[str, ...]) -> list[Pin]:
+def _read_pins(
+    table: Table, labelled: list[str], omitted: list[str], required: tuple[str, ...], local_ok: str
+) -> list[Pin]:
+    """The pins of `table`. Local version labels (`+xpu`): the variant adds its own label to the packages it
+    lists in `labelled`, so a pin never writes one there; any other pin may carry one only where `local_ok` is
+    empty, i.e. in a variant's own pins whose sources include an index that is not PyPI (PyPI holds no local
+    versions, PEP 440), such as IPEX's `2.5.10+xpu` from the Intel index."""
     pins = []
     for name, pin_table in table.tables():
         if name in omitted:
             continue
-        pins.append(_read_pin(name, pin_table, name in labelled, name in required))
+        pin = _read_pin(name, pin_table, name in labelled, name in required)
+        local = PepVersion(pin.version).local if pin.verified else None
+        if local and (pin.labelled or local_ok):
+            why = "the variant adds its build label itself (`labelled`)" if pin.labelled else local_ok
+            raise pin_table.error("version", f"'{pin.version}' carries a local label (+{local}): {why}")
+        pins.append(pin)
     return pins
+
+
+def _pin_lightning_together(pins: list[Pin], table: Table) -> list[Pin]:
+    """`lightning`, `pytorch-lightning` and `lightning-fabric` are one release: `lightning` requires
+    `pytorch-lightning` unpinned (lightning's wheel metadata), so the recipe pins it to the same version (added
+    here when the recipe leaves it out); a recipe that pins them apart is refused."""
+    lightning = next(pin for pin in pins if pin.name == "lightning")
+    for pin in pins:
+        if pin.name in LIGHTNING_PACKAGES and pin.version != lightning.version:
+            raise table.error(
+                pin.name,
+                f"{pin.name} {pin.version or 'unpinned'} with lightning {lightning.version}: Lightning's packages "
+                f"are one release, pin {pin.name} to {lightning.version} (or leave it out: it follows lightning)",
+            )
+    if any(pin.name == "pytorch-lightning" for pin in pins):
+        return pins
+    source = f"pinned with lightning ({lightning.source}): lightning's Requires-Dist names pytorch-lightning unpinned"
+    follower = Pin("pytorch-lightning", lightning.version, source, "", False)
+    at = pins.index(lightning) + 1
+    return [*pins[:at], follower, *pins[at:]]
 
 
 def _read_sources(root: Table) -> dict[str, Source]:
@@ -292,8 +367,12 @@ def _read_variant(
     omit_why = pick("omit_why").text("omit_why") if pick("omit_why").has("omit_why") else ""
     if omitted and not omit_why:
         raise pick("omit").error("omit", "omits packages without saying why: add omit_why")
-    pins = _read_pins(version_pins, labelled, omitted, ("torch", "lightning"))
-    pins += _read_pins(override.table_or_empty("pins"), labelled, [], ())
+    shared = "a pin shared by every variant has none: pin a labelled build under the variant's own pins"
+    pins = _read_pins(version_pins, labelled, omitted, ("torch", "lightning"), shared)
+    sources_of = _source_list(pick("sources"), sources)
+    pypi_only = all(source.name == "pypi" for source in sources_of)
+    no_local = "PyPI, this variant's only source, has no local versions" if pypi_only else ""
+    pins += _read_pins(override.table_or_empty("pins"), labelled, [], (), no_local)
     names = [pin.name for pin in pins]
     for required in ("torch", "lightning"):
         if required not in names:
@@ -301,16 +380,17 @@ def _read_variant(
     torch = pins[names.index("torch")]
     if PepVersion(torch.version).release[:2] != PepVersion(minor).release[:2]:
         raise version_pins.error("torch", f"torch {torch.version} is not a {minor} release")
+    pins = _pin_lightning_together(pins, version_pins)
     for pin in pins:
         if pin.verified:
             _check_version_text(version_pins, pin.name, pin.requirement(label).split("==", 1)[1])
-        if pin.name in ("lightning", "pytorch-lightning", "lightning-fabric") and pin.verified:
+        if pin.name in LIGHTNING_PACKAGES and pin.verified:
             check_lightning_pin(version_pins, pin.name, pin.version)
     return Variant(
         name=name,
         description=defaults.text("description"),
         source=defaults.text("source"),
-        sources=_source_list(pick("sources"), sources),
+        sources=sources_of,
         label=label,
         pins=tuple(pins),
         omitted=tuple(omitted),
@@ -347,6 +427,16 @@ def _read_version(
         raise table.error(
             "python", f"malformed Python version '{python['version']}' (expected 3.N, e.g. 3.11)"
         )
+    try:
+        supported = SpecifierSet(python["supported"])
+    except InvalidSpecifier:
+        raise table.error(
+            "python", f"supported '{python['supported']}' is not a version range (e.g. >=3.10,<=3.14)"
+        ) from None
+    if python["version"] not in supported:
+        raise table.error(
+            "python", f"Python {python['version']} is outside torch's supported range {supported}: pick one inside it"
+        )
     backend, _ = _read_fact(table.table("backend"), ("name",), False)
     if backend["name"] not in BACKENDS:
         raise table.error("backend", f"unknown backend '{backend['name']}' (known: {', '.join(BACKENDS)})")
@@ -378,13 +468,21 @@ def _read_version(
 
 def load_matrix(path: Path, shown_as: str) -> Matrix:
     root = Table(load_toml(path, shown_as), shown_as)
-    root.only({"schema", "sources", "conda", "tools", "variants", "versions"})
+    root.only({"schema", "sources", "conda", "tools", "discontinued", "variants", "versions"})
     if root.data.get("schema") != 1:
         raise root.error("schema", "must be 1 (the only schema this renderer reads)")
     sources = _read_sources(root)
     conda = root.table("conda")
     conda.only({"channels", "source"})
-    tools = tuple(_read_pin(name, table, False, True) for name, table in root.table("tools").tables())
+    tool_table = root.table("tools")
+    every_tool = tuple(name for name, _ in tool_table.tables())
+    tools = tuple(_read_pins(tool_table, [], [], every_tool, "install-time tools come from PyPI, which has none"))
+    discontinued = {}
+    for name, table in root.table_or_empty("discontinued").tables():
+        table.only({"short", "status", "last", "source"})
+        discontinued[name] = Discontinued(
+            name, table.text("short"), table.text("status"), table.text("last"), table.text("source")
+        )
     variant_defaults = {}
     for name, table in root.table("variants").tables():
         if name not in VARIANT_NAMES:
@@ -404,5 +502,6 @@ def load_matrix(path: Path, shown_as: str) -> Matrix:
         conda_channels=tuple(conda.texts("channels")),
         conda_source=conda.text("source"),
         tools=tools,
+        discontinued=discontinued,
         raw=root.data,
     )

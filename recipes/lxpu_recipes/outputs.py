@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import handwritten
 from .artifacts import Artifact, Renderer, repository_modulerc
 from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, Version
@@ -87,24 +88,23 @@ def remove_stale(repo_root: Path, artifacts: list[Artifact]) -> list[str]:
     return stale
 
 
-def broken(artifacts: list[Artifact], repo_root: Path, hand_written: list[str]) -> list[str]:
+def broken(artifacts: list[Artifact], repo_root: Path) -> list[str]:
     """One line per artifact that cannot be right whatever is committed: an empty one (an empty or broken
-    template), and shell that `bash -n` rejects (the rendered scripts and the hand-written shell they source,
-    `hand_written` relative to `repo_root`: the engine, the setup library)."""
+    template), shell that `bash -n` rejects and Lua that `luac -p` rejects; and one per finding in the code
+    written by hand next to the renders (handwritten.py: bash -n, shellcheck, luac -p)."""
     problems = [f"{a.path}: empty" for a in artifacts if not a.content.strip() and not a.may_be_empty]
     with tempfile.TemporaryDirectory(prefix="lxpu-bash-n-") as scratch:
         shells = [a for a in artifacts if a.path.endswith(".sh")]
-        write_artifacts(shells, Path(scratch))
-        checked = [(a.path, Path(scratch) / a.path) for a in shells] + [(h, repo_root / h) for h in hand_written]
-        for shown, path in checked:
-            if not path.is_file():
-                problems.append(f"{shown}: missing")
-                continue
+        luas = [a for a in artifacts if a.path.endswith(".lua")]
+        write_artifacts(shells + luas, Path(scratch))
+        for shown, path in [(a.path, Path(scratch) / a.path) for a in shells]:
             done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 first = (done.stderr.strip().splitlines() or ["bash -n failed"])[0]
                 problems.append(f"{shown}: bash -n: {first.replace(str(path), shown)}")
-    return problems
+        problems += handwritten.lua_problems(Path(scratch), [a.path for a in luas])
+    renders = committed_renders(repo_root) | {a.path for a in artifacts}
+    return problems + handwritten.problems(repo_root, renders)
 
 
 def drift(repo_root: Path, artifacts: list[Artifact]) -> list[str]:

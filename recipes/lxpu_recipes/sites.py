@@ -83,11 +83,31 @@ class Site:
         return kept, left_out
 
 
-def _read_headers(table: Table) -> dict[str, Headers]:
+# What a directive of each scheduler looks like: sbatch takes options (`--time=...`, `-N 1`); qsub takes only
+# single-letter options (`-l select=1`, `-q debug`: PBS Pro's qsub has no long options).
+_DIRECTIVE = {
+    "slurm": re.compile(r"^-(-[a-z][a-z-]*(=.*)?|[A-Za-z]( .*|=.*)?)$"),
+    "pbs": re.compile(r"^-[A-Za-z]( .*)?$"),
+}
+_DIRECTIVE_HINT = {
+    "slurm": "an sbatch option such as --time=01:00:00",
+    "pbs": "a qsub option such as -l walltime=01:00:00",
+}
+
+
+def _read_headers(table: Table, scheduler: str) -> dict[str, Headers]:
+    """The job directives: only the site's own scheduler's (a slurm site's job carries no #PBS line; a site
+    without a scheduler may carry one family, for users who submit the job anyway), each one an option of that
+    scheduler's submit command."""
     headers = {}
     for kind, section in table.tables():
         if kind not in ("slurm", "pbs"):
             raise section.error(None, f"unknown scheduler '{kind}' (headers exist for: slurm, pbs)")
+        if scheduler != "none" and kind != scheduler:
+            raise section.error(
+                None, f"a site with scheduler '{scheduler}' cannot have {kind} directives: remove [headers.{kind}] "
+                "or change scheduler"
+            )
         section.only({"common", "install"})
         lists = {}
         for key in ("common", "install"):
@@ -95,6 +115,10 @@ def _read_headers(table: Table) -> dict[str, Headers]:
             for directive in lists[key]:
                 if "\n" in directive or directive.lstrip().startswith("#"):
                     raise section.error(key, f"'{directive}' must be one directive without '#'")
+                if not _DIRECTIVE[kind].match(directive.strip()):
+                    raise section.error(
+                        key, f"'{directive}' is not a {kind} directive: write {_DIRECTIVE_HINT[kind]}"
+                    )
                 if _ACCOUNT_OPTION.match(directive.strip()):
                     raise section.error(
                         key, f"'{directive}' hard-codes an account: users give it when they submit the job"
@@ -197,7 +221,7 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
     hint = root.text("submit_hint")
     if "{script}" not in hint:
         raise root.error("submit_hint", "must contain {script} (replaced by the job script's name)")
-    headers = _read_headers(root.table_or_empty("headers"))
+    headers = _read_headers(root.table_or_empty("headers"), scheduler)
     if scheduler != "none" and scheduler not in headers:
         raise root.error("headers", f"a {scheduler} site needs a [headers.{scheduler}] table")
     return Site(

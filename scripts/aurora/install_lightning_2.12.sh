@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=d46fb2eb8171ca439026c56b1b8b9e96e33498fa19a4b8d0293c18cf89d97946
+LXPU_RECIPE_HASH=581421589b6bca7aaff002df8949f76c25ac51b6426cb6b5f40a7ab777e0ad7c
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +49,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.12
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.12.0+xpu torchvision==0.27.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.12.0+xpu torchvision==0.27.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.12.sh
 LXPU_MODULE_xpu=lightning-xpu/2.12
 LXPU_TAG_cpu=2.12-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.12.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.12.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.12-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.12-cpu
 LXPU_TAG_cuda=2.12-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.12.0 torchvision==0.27.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.12.0 torchvision==0.27.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.12-cuda.sh

@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=50b1bf6360ef05a44918807775d06bef68a290ed1ebf26edca969649469b4abb
+LXPU_RECIPE_HASH=b7085ab7446e70e578210e530147e84a108cfc1bdd7fb1231e19ec0884bcc9b3
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +49,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.13
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.13.0+xpu torchvision==0.28.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.13.0+xpu torchvision==0.28.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.13.sh
 LXPU_MODULE_xpu=lightning-xpu/2.13
 LXPU_TAG_cpu=2.13-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.13.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.13.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=recipes/locks/2.13-cpu.txt
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.13-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.13-cpu
 LXPU_TAG_cuda=2.13-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.13.0 torchvision==0.28.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.13.0 torchvision==0.28.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.13-cuda.sh

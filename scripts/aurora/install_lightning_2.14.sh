@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=49b046d4b9cb9ef04453861845aeae3249289d05e0f83632994869daf78c8f36
+LXPU_RECIPE_HASH=3d8e20c1e44e8f19daf958e9ab83e82b84ea3e6b1e1d461bf6245e2cc81cf7c8
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +49,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.14
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.14.0+xpu torchvision==0.29.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.14.0+xpu torchvision==0.29.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.14.sh
 LXPU_MODULE_xpu=lightning-xpu/2.14
 LXPU_TAG_cpu=2.14-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.14.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.14.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.14-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.14-cpu
 LXPU_TAG_cuda=2.14-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.14.0 torchvision==0.29.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.14.0 torchvision==0.29.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.14-cuda.sh

@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=fc689b84f5f55df337e312c4ed6a34198af024409e279cfa0b5c030ea663d38e
+LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=dca93e90011169398a12f041d09b56d845b17bfbdf1c0ab50ed63ba3874dd23b
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +50,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.5
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.5.1+cxx11.abi torchvision==0.20.1+cxx11.abi torchaudio==2.5.1+cxx11.abi lightning==2.6.6 intel-extension-for-pytorch==2.5.10+xpu oneccl_bind_pt==2.5.0+xpu)
+LXPU_REQUIREMENTS_xpu=(torch==2.5.1+cxx11.abi torchvision==0.20.1+cxx11.abi torchaudio==2.5.1+cxx11.abi lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.5.10+xpu oneccl_bind_pt==2.5.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.5.sh
 LXPU_MODULE_xpu=lightning-xpu/2.5
 LXPU_TAG_cpu=2.5-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.5.1+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.5.1+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.5-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.5-cpu
 LXPU_TAG_cuda=2.5-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.5-cuda.sh

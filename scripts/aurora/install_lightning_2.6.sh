@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=4c44bd61a75a4eeeb354eaf16a3413d6446574eafc303e12d47a437484a794a9
+LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=b112189573af21e688849db332ad98840e4588a57aa029cfb4324ffa4ec0c5c6
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +50,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.6
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
+LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.6.sh
 LXPU_MODULE_xpu=lightning-xpu/2.6
 LXPU_TAG_cpu=2.6-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.6-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.6-cpu
 LXPU_TAG_cuda=2.6-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.6-cuda.sh

@@ -23,7 +23,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=dbef4a2462c999c6a1d841865b823e9aec9750acfb1a28742f7f84e78d898848
+LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=944d2339df3a228eefcbf87945bb940794881397d990b2bad2dd354275f4a994
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +50,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.7
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.7.0+xpu torchvision==0.22.0+xpu torchaudio==2.7.0+xpu lightning==2.6.6 intel-extension-for-pytorch==2.7.10+xpu oneccl_bind_pt==2.7.0+xpu)
+LXPU_REQUIREMENTS_xpu=(torch==2.7.0+xpu torchvision==0.22.0+xpu torchaudio==2.7.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.7.10+xpu oneccl_bind_pt==2.7.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.7.sh
 LXPU_MODULE_xpu=lightning-xpu/2.7
 LXPU_TAG_cpu=2.7-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.7.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.7.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.7-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.7-cpu
 LXPU_TAG_cuda=2.7-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.7.0 torchvision==0.22.0 torchaudio==2.7.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.7.0 torchvision==0.22.0 torchaudio==2.7.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.7-cuda.sh

@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=3b4a4041ae6fa8d493755bfffa4606cdccd1006804c0ff505c092a1da19396f1
+LXPU_RECIPE_HASH=d958359e4b382d5e998503918e8518641916a71e0b5877ddacad2552247b753d
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -49,21 +49,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.9
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.9.1+xpu torchvision==0.24.1+xpu torchaudio==2.9.1+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.9.1+xpu torchvision==0.24.1+xpu torchaudio==2.9.1+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.9.sh
 LXPU_MODULE_xpu=lightning-xpu/2.9
 LXPU_TAG_cpu=2.9-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.9.1+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.9.1+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.9-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.9-cpu
 LXPU_TAG_cuda=2.9-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.9.1 torchvision==0.24.1 torchaudio==2.9.1 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.9.1 torchvision==0.24.1 torchaudio==2.9.1 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.9-cuda.sh

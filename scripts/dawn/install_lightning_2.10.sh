@@ -21,7 +21,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b3e70bc19c1ba1927efc3d49e9ed37a7840954928fd5d8af8bfd35ba8ccf6643
+LXPU_RECIPE_HASH=3bdb95ee429446470df4ae2349650f381541d912d1011f7a123de47a483f3014
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +48,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.10
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.10.0+xpu torchvision==0.25.0+xpu torchaudio==2.10.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.10.0+xpu torchvision==0.25.0+xpu torchaudio==2.10.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.10.sh
 LXPU_MODULE_xpu=lightning-xpu/2.10
 LXPU_TAG_cpu=2.10-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.10.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.10.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.10-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.10-cpu
 LXPU_TAG_cuda=2.10-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.10.0 torchvision==0.25.0 torchaudio==2.10.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.10.0 torchvision==0.25.0 torchaudio==2.10.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.10-cuda.sh

@@ -21,7 +21,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.11
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=8f3038a17e49dc4a220aae5835d12fa3f564f84b76d9b2f47f8746f0f65179df
+LXPU_RECIPE_HASH=f128bf4ba20c6550593f05bfa1cae306373a629eef358f620395dc251785af8c
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +48,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.11
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.11.0+xpu torchvision==0.26.0+xpu torchaudio==2.11.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.11.0+xpu torchvision==0.26.0+xpu torchaudio==2.11.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.11.sh
 LXPU_MODULE_xpu=lightning-xpu/2.11
 LXPU_TAG_cpu=2.11-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.11.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.11.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.11-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.11-cpu
 LXPU_TAG_cuda=2.11-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.11-cuda.sh

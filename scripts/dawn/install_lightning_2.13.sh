@@ -21,7 +21,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=5eae101d500fb133ec82daa8b2f085af639cc934a1ad31e4b63f49871004c957
+LXPU_RECIPE_HASH=0e6fb9fb152a867a684751298364e4ac6a52ea12c407819cc8c99229e0fdf36b
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +48,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.13
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.13.0+xpu torchvision==0.28.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.13.0+xpu torchvision==0.28.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.13.sh
 LXPU_MODULE_xpu=lightning-xpu/2.13
 LXPU_TAG_cpu=2.13-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.13.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.13.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=recipes/locks/2.13-cpu.txt
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.13-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.13-cpu
 LXPU_TAG_cuda=2.13-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.13.0 torchvision==0.28.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.13.0 torchvision==0.28.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.13-cuda.sh

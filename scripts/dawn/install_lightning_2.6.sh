@@ -21,7 +21,8 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=f13962e521ccee95b89eb0eb84de391c8dd901df64dc166b019b12a5f65996f1
+LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
+LXPU_RECIPE_HASH=2a2d9894ac7733b3f459a93fa6b64219d44ea4491abc92e43e5c06025a3ea018
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +49,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.6
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
+LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.6.sh
 LXPU_MODULE_xpu=lightning-xpu/2.6
 LXPU_TAG_cpu=2.6-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.6-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.6-cpu
 LXPU_TAG_cuda=2.6-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.6-cuda.sh

@@ -21,7 +21,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=1291cad959b521878212c458a40c86f49cd4a07d8b3d9bf19b9722566ed09066
+LXPU_RECIPE_HASH=15f85fe7082ddce2cceb3f45985257c944e7a869e23c99ee851369960b49f4e7
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +48,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.8
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.8.0+xpu torchvision==0.23.0+xpu torchaudio==2.8.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.8.0+xpu torchvision==0.23.0+xpu torchaudio==2.8.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.8.sh
 LXPU_MODULE_xpu=lightning-xpu/2.8
 LXPU_TAG_cpu=2.8-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.8.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.8.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.8-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.8-cpu
 LXPU_TAG_cuda=2.8-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.8.0 torchvision==0.23.0 torchaudio==2.8.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.8.0 torchvision==0.23.0 torchaudio==2.8.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.8-cuda.sh

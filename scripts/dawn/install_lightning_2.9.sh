@@ -21,7 +21,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=d16aade3f8f5e4bd4b2ee7be478e7feb17ad66cd5357c5611088cac194cc166d
+LXPU_RECIPE_HASH=2f552f670eb744a9e12ccbdc87be12b4c4782ac1af9f21f15cff34cc13579127
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -48,21 +48,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.9
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.9.1+xpu torchvision==0.24.1+xpu torchaudio==2.9.1+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.9.1+xpu torchvision==0.24.1+xpu torchaudio==2.9.1+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.9.sh
 LXPU_MODULE_xpu=lightning-xpu/2.9
 LXPU_TAG_cpu=2.9-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.9.1+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.9.1+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.9-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.9-cpu
 LXPU_TAG_cuda=2.9-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.9.1 torchvision==0.24.1 torchaudio==2.9.1 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.9.1 torchvision==0.24.1 torchaudio==2.9.1 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.9-cuda.sh

@@ -19,7 +19,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b20eaa07283955e895b702d15f37f43042391850f498f9e532db2c862b771a17
+LXPU_RECIPE_HASH=9b9a112a25bdaa3f6d1985baf2528692c7372a04ee50c33890d1ac98f6c65b66
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -37,21 +37,21 @@ LXPU_SITE_ENV=(
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.10
 LXPU_PYTHON_xpu=3.11
-LXPU_REQUIREMENTS_xpu=(torch==2.10.0+xpu torchvision==0.25.0+xpu torchaudio==2.10.0+xpu lightning==2.6.6)
+LXPU_REQUIREMENTS_xpu=(torch==2.10.0+xpu torchvision==0.25.0+xpu torchaudio==2.10.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
 LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.10.sh
 LXPU_MODULE_xpu=lightning-xpu/2.10
 LXPU_TAG_cpu=2.10-cpu
 LXPU_PYTHON_cpu=3.11
-LXPU_REQUIREMENTS_cpu=(torch==2.10.0+cpu lightning==2.6.6)
+LXPU_REQUIREMENTS_cpu=(torch==2.10.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
 LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.10-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.10-cpu
 LXPU_TAG_cuda=2.10-cuda
 LXPU_PYTHON_cuda=3.11
-LXPU_REQUIREMENTS_cuda=(torch==2.10.0 torchvision==0.25.0 torchaudio==2.10.0 lightning==2.6.6)
+LXPU_REQUIREMENTS_cuda=(torch==2.10.0 torchvision==0.25.0 torchaudio==2.10.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
 LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.10-cuda.sh

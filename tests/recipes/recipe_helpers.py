@@ -72,6 +72,24 @@ def cases(recipes_: Recipes | None = None) -> list[tuple[str, str, str]]:
     ]
 
 
+def locked(recipes_: Recipes) -> tuple[str, str]:
+    """(version, variant) of the first committed lock: the tests of a locked recipe use it, whichever it is."""
+    for minor, version in recipes_.matrix.versions.items():
+        for variant in version.variants:
+            if recipes_.lock_path(minor, variant).is_file():
+                return minor, variant
+    raise AssertionError("no committed lock in recipes/locks/")
+
+
+def plain_site(recipes_: Recipes) -> str:
+    """A site that sets no variables and loads no modules, with a venv and no scheduler (runs under bash)."""
+    return next(
+        name
+        for name, site in recipes_.sites.items()
+        if not site.env and not site.modules and site.env_manager == "venv" and site.scheduler == "none"
+    )
+
+
 def run_render(*args: str, repo: Path = REPO) -> subprocess.CompletedProcess[str]:
     """`render.py ARGS` of the repository (or of a temporary copy), in this process: the CLI's main with its
     exit status, stdout and stderr (argparse's exits included)."""

@@ -209,3 +209,50 @@ def test_every_command_has_help() -> None:
     for command in ([], ["list"], ["render"], ["check"], ["lock"]):
         done = run_render_process(*command, "--help")
         assert done.returncode == 0 and done.stdout.startswith("usage: render.py"), done.stderr
+
+
+def _derived_edits() -> dict[str, tuple[str, str, str, str]]:
+    """Cases built from the data (no version or site named here): (file, text, replacement, message)."""
+    from packaging.specifiers import SpecifierSet
+
+    newest = list(_LOADED.matrix.versions.values())[-1]
+    python_line = f'python = {{ version = "{newest.python}", supported = "{newest.python_supported}"'
+    outside = next(f"3.{n}" for n in range(30) if f"3.{n}" not in SpecifierSet(newest.python_supported))
+    by_scheduler = {site.scheduler: site for site in reversed(list(_LOADED.sites.values()))}
+    slurm, pbs = f"recipes/sites/{by_scheduler['slurm'].name}.toml", f"recipes/sites/{by_scheduler['pbs'].name}.toml"
+    return {
+        "Python outside torch's range": (
+            MATRIX,
+            python_line,
+            python_line.replace(f'version = "{newest.python}"', f'version = "{outside}"'),
+            f"python: Python {outside} is outside torch's supported range",
+        ),
+        "local label on a shared pin": (
+            MATRIX,
+            f'torch = {{ version = "{newest.torch}"',
+            f'torch = {{ version = "{newest.torch}+xpu"',
+            f"recipes/matrix.toml: versions.\"{newest.minor}\".pins.torch.version: '{newest.torch}+xpu' carries "
+            "a local label (+xpu)",
+        ),
+        "directives of another scheduler": (
+            slurm,
+            "[env]\n",
+            '[headers.pbs]\ncommon = ["-q debug"]\n\n[env]\n',
+            f"{slurm}: headers.pbs: a site with scheduler 'slurm' cannot have pbs directives: remove "
+            "[headers.pbs] or change scheduler",
+        ),
+        "an sbatch option in PBS directives": (
+            pbs,
+            "common = [",
+            'common = ["--time=01:00:00", ',
+            f"{pbs}: headers.pbs.common: '--time=01:00:00' is not a pbs directive: write a qsub option such as "
+            "-l walltime=01:00:00",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_derived_edits()))
+def test_bad_recipe_data_derived(temp_recipes: Path, case: str) -> None:
+    relative, old, new, expected = _derived_edits()[case]
+    edit(temp_recipes / relative, old, new)
+    _fails_with(_render(temp_recipes, "--all"), expected)

@@ -1,6 +1,7 @@
 """Adding a PyTorch version or a site is data only (issue 12, administrators' workflow).
 
-In a temporary copy of this checkout, a new PyTorch version (2.15, one `[versions."2.15"]` entry) and a new site
+In a temporary copy of this checkout, a new PyTorch version (the minor after the newest in recipes/matrix.toml, one
+`[versions."X.Y"]` entry copied from the newest one's facts) and a new site
 (one `recipes/sites/<site>.toml`) are added, `render --all` is run, and the recipes stage of CI passes offline
 (`bash ci/test.sh --offline --stage recipes`) with no other change: no test, doc or template edited. The docs,
 for their part, never state the matrix's version range or its list of sites (they would go stale).
@@ -15,9 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import REPO, Recipes, run_render_process
+from recipe_helpers import RECIPES, REPO, Recipes, load_recipes, run_render_process
 
-NEW_MINOR = "2.15"
+_NEWEST = list(load_recipes(RECIPES).matrix.versions.values())[-1]
+_MAJOR, _MINOR = _NEWEST.minor.split(".")
+NEW_MINOR = f"{_MAJOR}.{int(_MINOR) + 1}"  # the next release after the newest the data knows
 NEW_SITE = "newsite"
 # The nested stage runs this file too: that copy must not start another copy.
 NESTED = "LXPU_DATA_ONLY_NESTED"
@@ -26,13 +29,13 @@ NEW_VERSION = f"""
 [versions."{NEW_MINOR}"]
 released = "2026-11"
 variants = ["xpu", "cpu", "cuda"]
-python = {{ version = "3.11", supported = ">=3.10,<=3.15", source = "test: a version added as data only" }}
+python = {{ version = "{_NEWEST.python}", supported = "{_NEWEST.python_supported}", source = "test: as the newest" }}
 backend = {{ name = "xccl", source = "test: a version added as data only" }}
 oneapi = {{ verified = false, why = "test: a version added as data only" }}
 
 [versions."{NEW_MINOR}".pins]
 torch = {{ version = "{NEW_MINOR}.0", source = "PyPI: torch {NEW_MINOR}.0" }}
-lightning = {{ version = "2.6.6", source = "test: a version added as data only" }}
+lightning = {{ version = "{_NEWEST.lightning}", source = "test: a version added as data only" }}
 """
 
 NEW_SITE_PROFILE = """# TEST: a site added as data only.

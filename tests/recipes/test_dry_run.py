@@ -165,3 +165,21 @@ def test_help_names_the_real_defaults_and_ends_with_the_exit_codes(recipes: Reci
         manager = "conda if a conda executable is on PATH, else venv" if site.env_manager == "conda" else "venv"
         assert f"--env-manager M         conda or venv (default: {manager})\n" in done.stdout
         assert done.stdout.splitlines()[-1].startswith("Exit status: 0 installed"), done.stdout[-300:]
+
+
+def test_a_legacy_job_says_so_once(recipes: Recipes, tmp_path: Path) -> None:
+    """A legacy recipe's install job prints its one legacy line (naming the discontinued packages and the newest
+    current recipe); a current recipe's job prints none."""
+    matrix = recipes.matrix
+    site = next(s for s in recipes.sites.values() if s.env_manager == "venv" and not s.modules)
+    legacy = next(v for v in matrix.versions.values() if matrix.legacy_line(v))
+    newest = matrix.newest_current()
+    assert newest is not None
+    for version, expected in ((legacy, 1), (newest, 0)):
+        job = REPO / f"scripts/{site.name}/install_lightning_{version.minor}.sh"
+        code, out = _dry_run(job, "--variant", "cpu", "--prefix", f'"{tmp_path / "p"}"')
+        assert code == 0, out
+        assert out.count("legacy:") == expected, out
+        if expected:
+            assert f"\nlegacy:      {matrix.legacy_line(version)}\n" in out, out
+            assert f"PyTorch {newest.minor} recipe" in out

@@ -264,3 +264,45 @@ def test_a_missing_body_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -
     assert "status=1" in out, (out, err)
     assert (f"lightning-xpu/2.13-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
             f" rerun install_lightning_2.13.sh --variant cpu --prefix '{prefix}'") in err, err
+
+
+def test_a_legacy_recipe_says_so_once_per_load(rendered: Rendered, tmp_path: Path) -> None:
+    """A recipe that pins a discontinued package (recipes/matrix.toml [discontinued]) prints its one legacy line
+    at each load, naming the newest current recipe; a current recipe prints none."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    matrix = _RECIPES.matrix
+    legacy = [v for v in matrix.versions.values() if matrix.legacy_line(v)]
+    newest = matrix.newest_current()
+    assert legacy and newest is not None and not matrix.legacy_line(newest)
+    prefix = tmp_path / "pre fix"
+    old, new = legacy[0].tag("xpu"), newest.tag("xpu")
+    make_install(rendered, prefix, old, "generic", False)
+    make_install(rendered, prefix, new, "generic", False)
+    line = matrix.legacy_line(legacy[0])
+    assert f"PyTorch {newest.minor} recipe" in line
+    for name in matrix.discontinued:
+        assert matrix.discontinued[name].last in line
+    out, err = _lmod(
+        f'module use "{prefix}/modulefiles"\n'
+        f"module load lightning-xpu/{old}; echo loaded=$?; module unload lightning-xpu/{old}\n"
+        f"module load lightning-xpu/{new}; echo current=$?",
+        tmp_path,
+    )
+    assert "loaded=0" in out and "current=0" in out, (out, err)
+    assert err.count(line) == 1, err
+    assert "legacy" not in err.replace(line, ""), err
+
+
+def test_a_body_with_a_lua_error_shows_the_error(rendered: Rendered, tmp_path: Path) -> None:
+    """A body that is there but does not compile reports Lua's own error, not "missing: rerun the install"."""
+    require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
+    tag = next(iter(TAGS))
+    prefix = tmp_path / "pre fix"
+    make_install(rendered, prefix, tag, "generic", False)
+    body = prefix / MODULEFILE_BODY
+    body.write_text(body.read_text() + "\nthis is not lua\n")
+    out, err = _lmod(f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/{tag}; echo "status=$?"', tmp_path)
+    assert "status=1" in out, (out, err)
+    assert f"lightning-xpu/{tag}: the modulefile body does not load: " in err, err
+    assert re.search(r"\.lightning-xpu\.lua:\d+: ", err), err
+    assert "missing or unreadable" not in err, err

@@ -14,12 +14,16 @@ from lxpu_recipes import cli
 from lxpu_recipes.recipes import Recipes
 from recipe_helpers import (
     ENGINE,
+    MODULEFILE_BODY,
     RECIPES,
     REPO,
     Rendered,
+    Renderer,
     bash,
     cases,
     edit,
+    locked,
+    plain_site,
     require,
     run_render,
     run_render_process,
@@ -33,13 +37,17 @@ def _tag(minor: str, variant: str) -> str:
 
 
 @pytest.mark.parametrize(("minor", "site", "variant"), cases())
-def test_every_version_site_variant_renders(rendered: Rendered, minor: str, site: str, variant: str) -> None:
+def test_every_version_site_variant_renders(
+    rendered: Rendered, recipes: Recipes, minor: str, site: str, variant: str
+) -> None:
     tag = _tag(minor, variant)
+    lightning = recipes.matrix.version(minor).lightning
     install = rendered.text(f"scripts/{site}/install_lightning_{minor}.sh")
     assert f"lightning-xpu/{tag}: PyTorch" in rendered.text(f"modulefiles/lightning-xpu/{tag}.lua")
     requirements = rendered.text(f"envs/{site}/{tag}/requirements.txt")
     specs = [line for line in requirements.splitlines() if line and not line.startswith("#")]
-    assert specs[0].startswith(f"torch=={minor}.") and "lightning==2.6.6" in specs
+    assert specs[0].startswith(f"torch=={minor}.") and f"lightning=={lightning}" in specs
+    assert f"pytorch-lightning=={lightning}" in specs  # one Lightning release: pinned together
     assert all(not s.startswith(("-", "lightning_xpu", "lightning-xpu")) for s in specs)
     assert f'- "torch=={minor}.' in rendered.text(f"envs/{site}/{tag}/environment.yml")
     setup = rendered.text(f"scripts/common/setup/lightning-setup-{tag}.sh")
@@ -148,8 +156,10 @@ PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", 
 def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: Recipes) -> None:
     """Source the data part in bash: it sets exactly the contract's names and nothing else, and the engine's
     accessors read them back."""
-    text = rendered.text("scripts/generic/install_lightning_2.13.sh")
-    version = recipes.matrix.version("2.13")
+    minor, lv = locked(recipes)  # the lock's variant `lv` reads a lock path back; xpu reads its sources
+    site = recipes.sites[plain_site(recipes)]
+    version = recipes.matrix.version(minor)
+    text = rendered.text(f"scripts/{site.name}/install_lightning_{minor}.sh")
     script = (
         "before=$(compgen -v | sort)\n"
         + _data_part(text)
@@ -159,31 +169,36 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
         '$LXPU_DEFAULT_PREFIX|$LXPU_SITE_ENV_MANAGER|$LXPU_SITE_MODULES|$LXPU_LIGHTNING_VERSION"\n'
         f'source "{REPO / ENGINE}"\n'
         'echo ---; [ "$LXPU_CONTRACT" = "$LXPU_ENGINE_CONTRACT" ] && echo contract-ok\n'
-        "echo ---; lxpu_tag cpu; lxpu_python_version cpu\n"
-        "echo ---; lxpu_requirements cpu\n"
+        f"echo ---; lxpu_tag {lv}; lxpu_python_version {lv}\n"
+        f"echo ---; lxpu_requirements {lv}\n"
         "echo ---; lxpu_pip_sources xpu\n"
-        "echo ---; lxpu_lock_file cpu; echo ---; lxpu_lock_file xpu\n"
+        f"echo ---; lxpu_lock_file {lv}; echo ---; lxpu_lock_file xpu\n"
         "echo ---; lxpu_site_env\n"
-        "echo ---; lxpu_setup_file cpu; lxpu_module cpu\n"
+        f"echo ---; lxpu_setup_file {lv}; lxpu_module {lv}\n"
         "echo ---; [ ${#LXPU_RECIPE_HASH} -eq 64 ] && echo hash-ok\n"
     )
     done = bash(script, {"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     parts = done.stdout.split("---\n")
-    expected = CONTRACT_NAMES | {f"LXPU_{key}_{v}" for key in PER_VARIANT for v in version.variants}
+    legacy = {"LXPU_LEGACY"} if recipes.matrix.legacy_line(version) else set()
+    expected = CONTRACT_NAMES | legacy | {f"LXPU_{key}_{v}" for key in PER_VARIANT for v in version.variants}
     assert set(parts[0].split()) - {"PIPESTATUS", "_"} == expected  # PIPESTATUS, _: bash's own
     assert parts[1] == ""  # no functions: the job's only function is the locator, after the data
-    assert parts[2] == "2.13|generic|none|xpu cpu cuda|auto|$HOME/lightning-xpu|venv||2.6.6\n"
-    assert parts[3] == "contract-ok\n"
-    assert parts[4] == "2.13-cpu\n3.11\n"
-    assert parts[5] == "torch==2.13.0+cpu\nlightning==2.6.6\n"
-    assert parts[6] == (
-        "--index-url\nhttps://download.pytorch.org/whl/xpu\n--extra-index-url\nhttps://pypi.org/simple\n"
+    assert parts[2] == (
+        f"{minor}|{site.name}|{site.scheduler}|{' '.join(version.variants)}|{site.default_variant}|"
+        f"{site.default_prefix}|{site.env_manager}||{version.lightning}\n"
     )
-    assert parts[7] == "recipes/locks/2.13-cpu.txt\n"
-    assert parts[8] == ""
-    assert parts[9] == ""  # generic sets no site variables
-    assert parts[10] == "scripts/common/setup/lightning-setup-2.13-cpu.sh\nlightning-xpu/2.13-cpu\n"
+    assert parts[3] == "contract-ok\n"
+    assert parts[4] == f"{version.tag(lv)}\n{version.python}\n"
+    assert parts[5] == "".join(f"{r}\n" for r in version.variants[lv].requirements())
+    words = [w for option in Renderer(recipes).pip_options(version, "xpu", site) for w in option.split()]
+    assert parts[6] == "".join(f"{w}\n" for w in words)
+    assert parts[7] == f"recipes/locks/{minor}-{lv}.txt\n"
+    xpu_lock = recipes.lock_path(minor, "xpu")
+    assert parts[8] == (f"{recipes.shown(xpu_lock)}\n" if xpu_lock.is_file() else "")
+    assert parts[9] == ""  # the plain site sets no site variables
+    names = version.names(lv)
+    assert parts[10] == f"{names.setup_path}\n{names.module}\n"
     assert parts[11] == "hash-ok\n"
 
 
@@ -292,7 +307,8 @@ def test_job_sources_the_engine_and_refuses_another_contract(temp_repo: Path) ->
     engine = temp_repo / ENGINE
     contract = re.search(r"^LXPU_ENGINE_CONTRACT=(\d+)$", engine.read_text(), re.MULTILINE)
     assert contract
-    engine.write_text(
+    engine.write_text(  # a stand-in engine, shellcheck clean (render refuses what check refuses)
+        "#!/usr/bin/env bash\n# shellcheck disable=SC2034,SC2154  # read by the job; set by the job\n"
         f"LXPU_ENGINE_CONTRACT={contract[1]}\n"
         'lxpu_main() { local a=(x y); echo "${#a[@]} $LXPU_VERSION $LXPU_TAG_cpu from $LXPU_SOURCE: $*"; }\n'
     )
@@ -369,6 +385,47 @@ def test_check_refuses_broken_shell_and_empty_artifacts(temp_repo: Path) -> None
     assert done.returncode == 1
     broken = [line for line in done.stdout.splitlines() if line.startswith("broken: ")]
     assert f"broken: {ENGINE}: bash -n: {ENGINE}: line " in "\n".join(broken)
-    assert "broken: envs/generic/2.13-cpu/requirements.txt: empty" in broken
-    assert any(line.startswith("broken: scripts/dawn/install_lightning_2.7.sh: bash -n: ") for line in broken)
-    assert "broken file(s): fix the template (recipes/templates/) or " + ENGINE in done.stderr
+    assert any(re.fullmatch(r"broken: envs/[^/]+/[^/]+/requirements\.txt: empty", line) for line in broken)
+    assert any(re.match(r"broken: scripts/[^/]+/install_lightning_[0-9.]+\.sh: bash -n: ", line) for line in broken)
+    assert "problem(s): fix the template (recipes/templates/) or the hand-written file named" in done.stderr
+    # render refuses the same, and writes nothing.
+    before = {path: path.read_bytes() for path in (temp_repo / "scripts").rglob("*") if path.is_file()}
+    refused = run_render("render", "--all", repo=temp_repo)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert sorted(refused.stderr.splitlines()[:-1]) == sorted(broken)
+    assert refused.stderr.splitlines()[-1].startswith("render.py render: nothing written: ")
+    assert before == {path: path.read_bytes() for path in (temp_repo / "scripts").rglob("*") if path.is_file()}
+
+
+def _hand_written(temp_repo: Path) -> list[str]:
+    from lxpu_recipes.handwritten import shell_files
+    from lxpu_recipes.outputs import committed_renders
+
+    return shell_files(temp_repo, committed_renders(temp_repo))
+
+
+def test_check_and_render_refuse_broken_hand_written_code(temp_repo: Path) -> None:
+    """Every hand-written shell file (found, not listed: the staging command has no .sh) gets bash -n and
+    shellcheck; the modulefile body gets luac -p. Each finding is one line, from check and from render."""
+    shells = _hand_written(temp_repo)
+    assert ENGINE in shells and any(not Path(name).suffix for name in shells), shells
+    syntax = next(n for n in shells if not Path(n).suffix)  # found by its #! line
+    lint = next(n for n in shells if n.endswith(".sh") and n != ENGINE)
+    with (temp_repo / syntax).open("a") as handle:
+        handle.write("\nif then\n")
+    with (temp_repo / lint).open("a") as handle:
+        handle.write('\necho $1\n')
+    body = temp_repo / MODULEFILE_BODY
+    body.write_text(body.read_text() + "\nthis is not lua\n")
+    for command in (["check"], ["render", "--all"]):
+        done = run_render(*command, repo=temp_repo)
+        assert done.returncode == 1, done
+        lines = (done.stdout + done.stderr).splitlines()
+        assert any(line.startswith(f"broken: {syntax}: bash -n: ") for line in lines), lines
+        assert any(line.startswith(f"broken: {MODULEFILE_BODY}: luac -p: ") for line in lines), lines
+    # shellcheck runs once bash can parse everything.
+    text = (temp_repo / syntax).read_text()
+    (temp_repo / syntax).write_text(text[: text.rindex("\nif then\n")] + "\n")
+    done = run_render("check", repo=temp_repo)
+    finding = re.compile(rf"broken: {re.escape(lint)}: shellcheck: \d+:\d+: .*SC2086")
+    assert any(finding.match(line) for line in done.stdout.splitlines()), done.stdout

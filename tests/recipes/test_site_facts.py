@@ -20,8 +20,9 @@ from lightning_xpu.strategies.process_group import set_oneccl_local_rank
 SITES = {path.stem: tomllib.loads(path.read_text()) for path in sorted((REPO / "recipes" / "sites").glob("*.toml"))}
 KNOWN = tomllib.loads((REPO / "recipes" / "known_env.toml").read_text())["families"]
 KNOWN_NAMES = {name for family in KNOWN.values() for name in family["names"]}
-# The families of launcher, library and device variables (not PATH and friends): their name prefixes.
-LIBRARY_FAMILIES = [family for key, family in KNOWN.items() if key != "environment"]
+# The families of launcher, library and device variables (not PATH and friends, nor the project's own switches,
+# which users set too): their name prefixes.
+LIBRARY_FAMILIES = [family for key, family in KNOWN.items() if key not in ("environment", "lightning_xpu")]
 PREFIXES = tuple(sorted({name.split("_")[0] + "_" for family in LIBRARY_FAMILIES for name in family["names"]}))
 ASSIGNMENT = re.compile(rf"(?<![\w$]){'(?:' + '|'.join(map(re.escape, PREFIXES)) + ')'}[A-Z0-9_]+(?==)")
 MPIEXEC = re.compile(r"\bmpiexec\s+(?:-|python)")
@@ -113,3 +114,13 @@ def test_the_migration_guide_says_nothing_to_keep_only_for_what_the_aurora_modul
     aurora = site_env("aurora")
     wrong = [f"{name}={value}" for name, value in exported if aurora.get(name) != value]
     assert exported and not wrong, f"the migration guide says the module sets {wrong}, but aurora.toml does not"
+
+
+def test_the_project_variables_a_site_may_set_are_the_documented_ones() -> None:
+    """The administrators' guide tells a site which of the project's variables it may set (`[env]` `NAME`); the
+    known names (recipes/known_env.toml [families.lightning_xpu]) list exactly those, so the renderer accepts what
+    the guide says to write."""
+    guide = (REPO / "docs/administrators.md").read_text()
+    documented = set(re.findall(r"`\[env\]` `([A-Z][A-Z0-9_]*)`", guide))
+    assert documented, "docs/administrators.md documents no `[env]` `NAME` a site may set"
+    assert set(KNOWN["lightning_xpu"]["names"]) == documented

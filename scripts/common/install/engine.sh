@@ -571,6 +571,11 @@ _lxpu_validate_repository() {
 		_lxpu_lock_path="$_lxpu_source/$_lxpu_lock_path"
 		[[ -f "$_lxpu_lock_path" ]] ||
 			_lxpu_bad_input "the recipe's lock file $_lxpu_lock_path is missing: run 'python recipes/render.py lock' or pass --source"
+		# A lock made from other recipe pins would install another stack than the job says (issue 19).
+		local pins=()
+		mapfile -t pins < <(lxpu_requirements "$_lxpu_variant")
+		value="$(python3 -I "$_lxpu_source/recipes/lxpu_recipes/lockbind.py" --lock "$_lxpu_lock_path" \
+			--python "$(lxpu_python_version "$_lxpu_variant")" -- "${pins[@]}" 2>&1)" || _lxpu_bad_input "$value"
 	fi
 	_lxpu_resolve_pip_sources
 	_lxpu_installer_validate
@@ -640,6 +645,7 @@ _lxpu_step_check() {
 		_lxpu_say "################################################################################"
 	fi
 	_lxpu_say "recipe:      PyTorch $LXPU_VERSION, Lightning $LXPU_LIGHTNING_VERSION, site $LXPU_SITE, variant $_lxpu_variant (hash ${LXPU_RECIPE_HASH:0:12})"
+	[[ -z "${LXPU_LEGACY:-}" ]] || _lxpu_say "legacy:      $LXPU_LEGACY"
 	_lxpu_say "prefix:      $_lxpu_prefix (tag $_lxpu_tag)"
 	_lxpu_say "repository:  $_lxpu_source (commit $_lxpu_commit)"
 	_lxpu_say "environment: $_lxpu_env_manager ($_lxpu_env_why), Python $_lxpu_python_version${_lxpu_python:+ ($_lxpu_python)}"
