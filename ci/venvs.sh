@@ -132,24 +132,21 @@ build_lightning() {
     printf '%s\n' "$hash" >"$venv/$STAMP"
 }
 
-# build_lint: build/venvs/lint, ruff alone at base's pin, so that the lint stage needs no torch.
+# build_lint: build/venvs/lint, ruff alone at base's pin, so that the lint stage needs no torch. (build_base is
+# not folded into a shared helper with this: its text is part of base's input hash, so that would rebuild every venv.)
 build_lint() {
     local venv="$VENVS/lint" log="$VENVS/logs/lint.log" pin hash
     pin="$(grep -E '^ruff==' "$BASE_REQUIREMENTS")" || ci_die "ci/requirements-base.txt has no ruff== pin: add one"
     hash="$(inputs_hash build_lint "$pin")"
-    if is_current "$venv" "$hash"; then
-        ci_log "lint: up to date"
-        return
-    fi
+    is_current "$venv" "$hash" && { ci_log "lint: up to date"; return; }
     ci_log "lint: building (log: build/venvs/logs/lint.log)"
-    rm -rf "$venv"
-    : >"$log"
-    "$PYTHON_BIN" -m venv "$venv" >>"$log" 2>&1 || ci_die "$PYTHON_BIN -m venv failed (see $log): install python3.11-venv"
-    if ! pip_install "$venv" "$log" "$pin"; then
+    rm -rf "$venv" && : >"$log"
+    if ! { "$PYTHON_BIN" -m venv "$venv" >>"$log" 2>&1 && pip_install "$venv" "$log" "$pin"; }; then
         tail -n 20 "$log" >&2
-        ci_die "pip install $pin failed (log tail above): check PyPI access"
+        ci_die "python3.11 -m venv + pip install $pin failed (log tail above): install python3.11-venv, check PyPI access"
     fi
-    [[ "$("$venv/bin/ruff" --version)" == "ruff ${pin#ruff==}" ]] || ci_die "venv $venv has no ruff ${pin#ruff==}: delete it and re-run bash ci/venvs.sh lint"
+    [[ "$("$venv/bin/ruff" --version)" == "ruff ${pin#ruff==}" ]] \
+        || ci_die "venv $venv has no ruff ${pin#ruff==}: delete it and re-run bash ci/venvs.sh lint"
     printf '%s\n' "$hash" >"$venv/$STAMP"
 }
 
