@@ -48,6 +48,12 @@ class DeviceError(OneLineError):
     """XPU was asked for (accelerator "xpu", "gpu" or "auto", devices) and cannot be given: cause and fix."""
 
     label = "DeviceError"
+    kind: type[Exception] | None = None  # the Lightning/builtin type this one also is (see device_error)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The classes device_error makes are not module attributes: pickle (e.g. an error sent back from a
+        # spawned rank) rebuilds the error through device_error instead.
+        return device_error, (self.kind or type(self), str(self))
 
 
 def device_error(kind: type[Exception], message: str) -> DeviceError:
@@ -60,7 +66,8 @@ def device_error(kind: type[Exception], message: str) -> DeviceError:
 def _device_error_class(kind: type[Exception]) -> type[DeviceError]:
     if issubclass(kind, DeviceError):
         return kind
-    return type(kind.__name__, (DeviceError, kind), {"__module__": __name__, "__doc__": DeviceError.__doc__})
+    return type(kind.__name__, (DeviceError, kind),
+                {"__module__": __name__, "__doc__": DeviceError.__doc__, "kind": kind})
 
 
 class LaunchMismatch(LaunchError, ValueError):

@@ -7,11 +7,17 @@ Each cause is simulated: `simulated_xpu(devices=0)` (tests/conftest.py) makes to
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from lightning_xpu.environments.errors import DeviceError
 from lightning_xpu.report import diagnose
 
 
@@ -57,10 +63,10 @@ CAUSES = {
 
 def one_line_device_error(error: BaseException) -> str:
     """The error's message, checked to be a one-line DeviceError with no chained traceback."""
-    from lightning_xpu.environments.errors import DeviceError
-
     message = str(error)
     assert isinstance(error, DeviceError), type(error).__mro__
+    copy = pickle.loads(pickle.dumps(error))  # as an error sent back from a spawned rank
+    assert type(copy) is type(error) and str(copy) == message
     assert "\n" not in message, message
     assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)  # nothing chained
     return message
@@ -78,8 +84,6 @@ def test_the_xpu_error_names_the_cause(cause, api, xpu_build_without_devices, mo
         build(api)
     diagnosis = one_line_device_error(raised.value)
     assert diagnosis.endswith(diagnose.DOCTOR_HINT)
-    import re
-
     assert re.search(expected, diagnosis), diagnosis
 
 
@@ -97,8 +101,6 @@ def test_gpu_on_an_xpu_build_without_a_device_names_the_cause(cause, api, xpu_bu
         build(api, accelerator="gpu")
     message = one_line_device_error(raised.value)
     assert message.startswith(str(plain).rstrip("!.")), (message, str(plain))
-    import re
-
     assert re.search(expected, message) and message.endswith(diagnose.DOCTOR_HINT), message
 
 
@@ -177,10 +179,6 @@ def test_a_device_index_this_process_cannot_see_is_one_line(simulated_xpu) -> No
 def test_uncaught_the_error_is_one_line_on_stderr(tmp_path: Path, newest_lightning_only) -> None:
     """The excepthook: a script that asks for XPU on this CPU build prints one line and exits 1;
     LIGHTNING_XPU_DEBUG=1 brings the traceback back."""
-    import os
-    import subprocess
-    import sys
-
     repo = Path(__file__).resolve().parents[2]
     script = "import lightning_xpu\nfrom lightning.pytorch import Trainer\nTrainer(accelerator='xpu', logger=False)\n"
     env = {**os.environ, "PYTHONPATH": str(repo)}
