@@ -184,10 +184,11 @@ if ((OFFLINE)); then
     [[ -x "$LINT/bin/ruff" ]] || LINT="$BASE"
     [[ " ${SELECTED[*]} " == " lint " ]] || [[ -x "$BASE/bin/python" ]] \
         || ci_die "$BASE/bin/python is missing: build the venvs once with bash ci/venvs.sh (needs PyPI)"
-    [[ -x "$LINT/bin/ruff" ]] || ci_die "no ruff in build/venvs: build it once with bash ci/venvs.sh lint (needs PyPI)"
+    [[ " ${SELECTED[*]} " != *" lint "* ]] || [[ -x "$LINT/bin/ruff" ]] \
+        || ci_die "no ruff in build/venvs: build it once with bash ci/venvs.sh lint (needs PyPI)"
     export LXPU_REQUIRE_SERVICES=0
 else
-    ci_log "preparing what the stages ${SELECTED[*]} need: $(print_plan | sed -n 's/^plan: //p' | paste -sd ';' -)"
+    ci_log "preparing what the stages ${SELECTED[*]} need: $(print_plan | grep -v '^plan: stages' | sed 's/^plan: //' | paste -sd ';' -)"
     # shellcheck disable=SC2086  # word lists of known names
     [[ -z "$INSTALL_PARTS" ]] || bash ci/services/install.sh $INSTALL_PARTS
     ! needs munge || start_service munge
