@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README): bash ci/test.sh [--stage NAME]... [--keep-services] [--offline]
 #
-# Installs what is missing of the real services (ci/services/install.sh), starts munge and a
-# single-node Slurm (ci/services/*.sh), builds the test venvs (ci/venvs.sh), then runs the stages, each
-# timed, and prints a summary. Any failing stage fails the run (exit 1) after all stages ran.
+# Prepares what the selected stages need (STAGE_NEEDS), and nothing more: installs what is missing of
+# the real services (ci/services/install.sh), starts munge and a single-node Slurm (ci/services/*.sh),
+# builds the test venvs (ci/venvs.sh); then runs the stages, each timed, and prints a summary. Any
+# failing stage fails the run (exit 1) after all stages ran. --plan prints that preparation and stops.
 # --offline skips all of that preparation (no network, no daemons) and runs only the stages that need
 # neither (OFFLINE_STAGES) with the venvs already built; tests whose service is missing then skip.
 #
@@ -28,14 +29,32 @@ UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multino
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
 RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
 BASE="$LXPU_REPO_ROOT/build/venvs/base"
+LINT="$LXPU_REPO_ROOT/build/venvs/lint"
+
+# What each stage needs prepared (its tests' markers and tools), from PREPARATION: the ci/services/install.sh
+# parts (debian: the packages, shellcheck and Lmod among them; impi: Intel MPI), the services started (munge,
+# slurm) and the ci/venvs.sh targets (lint: ruff alone; base; lightning: one venv per Lightning version).
+PREPARATION=(debian impi munge slurm lint base lightning)
+ALL_NEEDS="debian impi munge slurm base lightning"
+declare -A STAGE_NEEDS=(
+    [lint]="debian lint"
+    [ci]="$ALL_NEEDS"
+    [recipes]="debian munge slurm base"
+    [unit]="debian base lightning"
+    [services]="debian impi munge slurm base"
+    [multinode]="$ALL_NEEDS"
+    [benchmarks]="$ALL_NEEDS"
+    [docs]="$ALL_NEEDS"
+)
 
 usage() {
     cat <<USAGE
-Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--offline] [--help]
+Usage: bash ci/test.sh [--stage NAME]... [--keep-services] [--offline] [--plan] [--help]
 
 Runs the whole test suite against real services (Slurm, munge, Lmod, MPICH, Intel MPI), installing
 and starting what is missing (which needs root and the package repositories) and building the test
-venvs (which needs PyPI) before any stage, whichever stages are selected. Stages, in order (default: all):
+venvs (which needs PyPI) before the first stage: only what the selected stages need (lint: shellcheck
+and a venv with ruff alone; no service). Stages, in order (default: all):
   lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
   ci          pytest tests/ci (the services and venvs this script relies on)
   recipes     python recipes/render.py check; pytest tests/recipes
@@ -49,6 +68,7 @@ no test fails its stage.
 
   --stage NAME      run only this stage (repeat for several)
   --keep-services   leave munge and Slurm running at the end even if this run started them
+  --plan            print what would be installed, started and built, and the stages; do nothing
   --offline         install, start and build nothing (no network, no daemons, no root): run only
                     ${OFFLINE_STAGES[*]} (the default with --offline) with the venvs already in build/venvs;
                     a test whose service is missing skips instead of failing. E.g. after editing
@@ -62,11 +82,13 @@ USAGE
 SELECTED=()
 KEEP_SERVICES=0
 OFFLINE=0
+PLAN_ONLY=0
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --keep-services) KEEP_SERVICES=1 ;;
         --offline) OFFLINE=1 ;;
+        --plan) PLAN_ONLY=1 ;;
         --stage)
             (($# >= 2)) || ci_die "--stage needs a name: one of ${ALL_STAGES[*]}"
             [[ " ${ALL_STAGES[*]} " == *" $2 "* ]] || ci_die "unknown stage '$2': use one of ${ALL_STAGES[*]}"
@@ -89,6 +111,50 @@ TIMEOUT="${LXPU_TEST_TIMEOUT:-900}"
 [[ "$TIMEOUT" =~ ^[1-9][0-9]*$ ]] || ci_die "LXPU_TEST_TIMEOUT='$TIMEOUT' is not a number of seconds: e.g. LXPU_TEST_TIMEOUT=900"
 
 cd "$LXPU_REPO_ROOT"
+
+# ---- what to prepare ---------------------------------------------------------------------------
+# NEEDS: the PREPARATION steps the selected stages need, in PREPARATION's order. A run that builds base
+# lints with base's ruff (the same pin), so the lint venv is built only where base is not: the full run
+# prepares exactly what it always did.
+needed() {
+    local stage step wanted=" "
+    for stage in "${SELECTED[@]}"; do
+        wanted+="${STAGE_NEEDS[$stage]} "
+    done
+    for step in "${PREPARATION[@]}"; do
+        [[ "$wanted" == *" $step "* ]] || continue
+        [[ "$step" != lint || "$wanted" != *" base "* ]] || continue
+        printf '%s\n' "$step"
+    done
+}
+NEEDS=()
+((OFFLINE)) || mapfile -t NEEDS < <(needed)
+needs() { [[ " ${NEEDS[*]} " == *" $1 "* ]]; }
+# among WORD...: those of WORD... that are in NEEDS.
+among() {
+    local word
+    for word in "$@"; do
+        ! needs "$word" || printf '%s ' "$word"
+    done
+}
+INSTALL_PARTS="$(among debian impi)"
+VENV_TARGETS="$(among lint base lightning)"
+print_plan() {
+    if ((OFFLINE)); then
+        printf 'plan: offline: install, start and build nothing\n'
+    else
+        [[ -z "$INSTALL_PARTS" ]] || printf 'plan: install %s\n' "${INSTALL_PARTS% }"
+        ! needs munge || printf 'plan: start munge\n'
+        ! needs slurm || printf 'plan: start slurm\n'
+        [[ -z "$VENV_TARGETS" ]] || printf 'plan: venvs %s\n' "${VENV_TARGETS% }"
+    fi
+    printf 'plan: stages %s\n' "${SELECTED[*]}"
+}
+if ((PLAN_ONLY)); then
+    print_plan
+    exit 0
+fi
+ci_python311  # runs ci/junit_summary.py (stdlib only), before any venv exists
 
 # ---- services and venvs ------------------------------------------------------------------------
 STARTED=()
@@ -114,14 +180,22 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 RUN_START="$(now)"
 if ((OFFLINE)); then
     ci_log "offline: no services, no venv builds; tests whose service is missing skip"
-    [[ -x "$BASE/bin/python" ]] || ci_die "$BASE/bin/python is missing: build the venvs once with bash ci/venvs.sh (needs PyPI)"
+    # Offline lint takes the ruff that is there: the lint venv's, else base's (the same pin).
+    [[ -x "$LINT/bin/ruff" ]] || LINT="$BASE"
+    [[ " ${SELECTED[*]} " == " lint " ]] || [[ -x "$BASE/bin/python" ]] \
+        || ci_die "$BASE/bin/python is missing: build the venvs once with bash ci/venvs.sh (needs PyPI)"
+    [[ " ${SELECTED[*]} " != *" lint "* ]] || [[ -x "$LINT/bin/ruff" ]] \
+        || ci_die "no ruff in build/venvs: build it once with bash ci/venvs.sh lint (needs PyPI)"
     export LXPU_REQUIRE_SERVICES=0
 else
-    ci_log "preparing: services and venvs"
-    bash ci/services/install.sh
-    start_service munge
-    start_service slurm
-    bash ci/venvs.sh
+    ci_log "preparing what the stages ${SELECTED[*]} need: $(print_plan | grep -v '^plan: stages' | sed 's/^plan: //' | paste -sd ';' -)"
+    # shellcheck disable=SC2086  # word lists of known names
+    [[ -z "$INSTALL_PARTS" ]] || bash ci/services/install.sh $INSTALL_PARTS
+    ! needs munge || start_service munge
+    ! needs slurm || start_service slurm
+    # shellcheck disable=SC2086
+    [[ -z "$VENV_TARGETS" ]] || bash ci/venvs.sh $VENV_TARGETS
+    needs lint || LINT="$BASE"
     export LXPU_REQUIRE_SERVICES=1
 fi
 
@@ -131,11 +205,12 @@ export LXPU_IMPI_MPIEXEC="$LXPU_REPO_ROOT/build/venvs/impi/bin/mpiexec"
 export LXPU_MPICH_MPIEXEC=/usr/bin/mpiexec.mpich
 export LXPU_LMOD_INIT=/usr/share/lmod/lmod/init/bash
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-if ((!OFFLINE)); then
-    for tool in "$LXPU_IMPI_MPIEXEC" "$LXPU_MPICH_MPIEXEC"; do
-        [[ -x "$tool" ]] || ci_die "$tool is missing: run bash ci/services/install.sh"
-    done
-    [[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh"
+if needs impi; then
+    [[ -x "$LXPU_IMPI_MPIEXEC" ]] || ci_die "$LXPU_IMPI_MPIEXEC is missing: run bash ci/services/install.sh impi"
+fi
+if needs debian; then
+    [[ -x "$LXPU_MPICH_MPIEXEC" ]] || ci_die "$LXPU_MPICH_MPIEXEC is missing: run bash ci/services/install.sh debian"
+    [[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh debian"
 fi
 ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
 
@@ -180,7 +255,7 @@ run_pytest() {
 stage_lint() {
     local rc=0 scripts=()
     printf -- '--- ruff check .\n'
-    "$BASE/bin/ruff" check . || rc=1
+    "$LINT/bin/ruff" check . || rc=1
     mapfile -t scripts < <(git ls-files -- '*.sh' .ci/run scripts/common/stage/lightning-xpu-stage)
     printf -- '--- shellcheck on %s files\n' "${#scripts[@]}"
     shellcheck -x "${scripts[@]}" || rc=1
@@ -272,7 +347,7 @@ for CURRENT_STAGE in "${SELECTED[@]}"; do
         counts="not present: $STAGE_SKIPPED"
         printf 'skipped: %s\n' "$counts"
     elif ((${#STAGE_REPORTS[@]})); then
-        counts="$("$LXPU_PYTHON" ci/junit_summary.py "${STAGE_REPORTS[@]}")"
+        counts="$("$PYTHON_BIN" ci/junit_summary.py "${STAGE_REPORTS[@]}")"
         ALL_REPORTS+=("${STAGE_REPORTS[@]}")
     fi
     [[ "$result" != FAILED ]] || FAILED_STAGES=$((FAILED_STAGES + 1))
@@ -283,7 +358,7 @@ done
 printf '\n==================== summary ====================\n'
 printf '%-11s %-8s %10s  %s\n' stage result duration tests
 printf '%s\n' "${SUMMARY[@]}"
-total="$("$LXPU_PYTHON" ci/junit_summary.py "${ALL_REPORTS[@]}")"
+total="$("$PYTHON_BIN" ci/junit_summary.py "${ALL_REPORTS[@]}")"
 printf '==================== %s in %s s ====================\n' "$total" "$(elapsed "$RUN_START")"
 if ((FAILED_STAGES)); then
     ci_log "$FAILED_STAGES stage(s) failed: see the FAILED lines above"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test environments once per CI run:
+# Builds the test environments once per CI run (ci/test.sh names those its stages need):
+#   build/venvs/lint                 ruff alone, at ci/requirements-base.txt's pin: the lint stage without torch
 #   build/venvs/base                 python3.11 + ci/requirements-base.txt (torch from the machine's
 #                                    pip configuration, Lightning 2.6.6, the test and lint tools)
 #   build/venvs/lightning/<version>  one per supported Lightning minor (latest patch), for the unit tests;
@@ -23,11 +24,13 @@ STAMP=.lxpu-inputs
 
 usage() {
     cat <<USAGE
-Usage: bash ci/venvs.sh [--help]
+Usage: bash ci/venvs.sh [lint] [base] [lightning] [--help]
 
 Builds build/venvs/base from ci/requirements-base.txt and build/venvs/lightning/<version> for
 Lightning ${LIGHTNING_VERSIONS[*]}, reusing every venv whose inputs did not change.
 Each venv must import torch $TORCH_EXPECTED from base; anything else fails the build.
+Naming targets builds only those (lightning builds base first; lint is ruff alone, at base's pin);
+the default is base and lightning.
 Environment: LXPU_PYTHON_BIN (default python3.11). Logs: build/venvs/logs/.
 USAGE
 }
@@ -129,11 +132,27 @@ build_lightning() {
     printf '%s\n' "$hash" >"$venv/$STAMP"
 }
 
-main() {
-    ci_help_only usage "$@"
-    ci_python311
-    mkdir -p "$VENVS/logs" "$VENVS/lightning"
+# build_lint: build/venvs/lint, ruff alone at base's pin, so that the lint stage needs no torch. (build_base is
+# not folded into a shared helper with this: its text is part of base's input hash, so that would rebuild every venv.)
+build_lint() {
+    local venv="$VENVS/lint" log="$VENVS/logs/lint.log" pin hash
+    pin="$(grep -E '^ruff==' "$BASE_REQUIREMENTS")" || ci_die "ci/requirements-base.txt has no ruff== pin: add one"
+    hash="$(inputs_hash build_lint "$pin")"
+    is_current "$venv" "$hash" && { ci_log "lint: up to date"; return; }
+    ci_log "lint: building (log: build/venvs/logs/lint.log)"
+    rm -rf "$venv" && : >"$log"
+    if ! { "$PYTHON_BIN" -m venv "$venv" >>"$log" 2>&1 && pip_install "$venv" "$log" "$pin"; }; then
+        tail -n 20 "$log" >&2
+        ci_die "python3.11 -m venv + pip install $pin failed (log tail above): install python3.11-venv, check PyPI access"
+    fi
+    [[ "$("$venv/bin/ruff" --version)" == "ruff ${pin#ruff==}" ]] \
+        || ci_die "venv $venv has no ruff ${pin#ruff==}: delete it and re-run bash ci/venvs.sh lint"
+    printf '%s\n' "$hash" >"$venv/$STAMP"
+}
 
+# build_lightning_venvs: base, then one venv per Lightning version over it.
+build_lightning_venvs() {
+    mkdir -p "$VENVS/lightning"
     build_base
     local base_lightning base_hash version pids=() failed=0
     base_lightning="$("$BASE/bin/python" -c 'import importlib.metadata as m; print(m.version("lightning"))')"
@@ -158,6 +177,26 @@ main() {
     done
     ((failed == 0)) || ci_die "a Lightning venv failed to build (errors above): fix it and re-run bash ci/venvs.sh"
     ci_log "venvs ready: base ($base_lightning, torch $TORCH_EXPECTED) and lightning ${LIGHTNING_VERSIONS[*]}"
+}
+
+main() {
+    local targets=() target
+    for target in "$@"; do
+        case "$target" in
+            -h | --help) usage; exit 0 ;;
+            lint | base | lightning) targets+=("$target") ;;
+            *) ci_die "unknown argument '$target': expected lint, base, lightning or --help" ;;
+        esac
+    done
+    ((${#targets[@]})) || targets=(base lightning)
+    ci_python311
+    mkdir -p "$VENVS/logs"
+    [[ " ${targets[*]} " != *" lint "* ]] || build_lint
+    if [[ " ${targets[*]} " == *" lightning "* ]]; then
+        build_lightning_venvs
+    elif [[ " ${targets[*]} " == *" base "* ]]; then
+        build_base
+    fi
 }
 
 main "$@"

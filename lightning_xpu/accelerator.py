@@ -17,6 +17,7 @@ from lightning_xpu import device as xpu
 from lightning_xpu import rank_masks
 from lightning_xpu._namespaced_classes import NamespacedClasses
 from lightning_xpu._namespaces import Namespace
+from lightning_xpu.environments.errors import OneLineError, device_error
 
 
 class _XPUAcceleratorMethods:
@@ -35,9 +36,8 @@ class _XPUAcceleratorMethods:
         index = 0 if device.index is None else device.index
         count = xpu.xpu_device_count()
         if index >= count:
-            raise RuntimeError(
-                f"{device} is not visible to this process ({count} XPU device(s))." + xpu.affinity_hint()
-            )
+            raise device_error(RuntimeError, f"{device} is not visible to this process ({count} XPU device(s)):"
+                               f" use an index below {count}." + xpu.affinity_hint())
         torch.xpu.set_device(device)
 
     def setup(self, trainer: Any) -> None:
@@ -62,7 +62,12 @@ class _XPUAcceleratorMethods:
         crowded = None if torchelastic else rank_masks.crowded_launch()  # torchrun keeps Lightning's bypass
         if crowded is not None:
             rank_masks.refuse_crowded_launch(*crowded)
-        return xpu.parse_device_indices(devices, torchelastic=torchelastic)
+        try:
+            return xpu.parse_device_indices(devices, torchelastic=torchelastic)
+        except OneLineError:
+            raise
+        except (TypeError, ValueError) as error:  # the user's `devices` cannot be met: the message says why
+            raise device_error(type(error), str(error)) from None
 
     @staticmethod
     def get_parallel_devices(devices: list[int]) -> list[torch.device]:
@@ -90,7 +95,8 @@ class _XPUAcceleratorMethods:
 
 def explain_unavailable_xpu(original: Callable[..., Any]) -> Callable[..., Any]:
     """Wraps the connectors' `_set_parallel_devices_and_init_accelerator`: when Lightning refuses our accelerator
-    as "not available", its message gains the cause and points to `lightning-xpu doctor`. Only runs for XPU."""
+    as "not available", the error becomes one line with the cause and the fix (lightning-xpu doctor's diagnosis)
+    instead of Lightning's list of the accelerators that are. Only runs for XPU."""
 
     def _set_parallel_devices_and_init_accelerator(self: Any) -> None:
         try:
@@ -99,9 +105,12 @@ def explain_unavailable_xpu(original: Callable[..., Any]) -> Callable[..., Any]:
             accelerator = getattr(self, "accelerator", None)
             if not is_xpu_accelerator(accelerator) or "not available" not in str(error):
                 raise
-            from lightning_xpu.report.diagnose import explain_unavailable
+            from lightning_xpu.report.diagnose import unusable_reason
 
-            raise type(error)(explain_unavailable(str(error))) from error
+            reason = unusable_reason()
+            if reason is None:
+                raise
+            raise device_error(type(error), reason) from None
 
     return _set_parallel_devices_and_init_accelerator
 

@@ -2,7 +2,8 @@
 
 Both connectors make the same choices with their own copies of the same methods, so one set of wrappers serves
 both (and both namespaces). Each wrapper runs Lightning's method; the result changes only where XPU is involved:
-  - "auto" picks XPU where Lightning would pick CPU; "gpu" picks XPU where Lightning finds neither MPS nor CUDA;
+  - "auto" picks XPU where Lightning would pick CPU; "gpu" picks XPU where Lightning finds neither MPS nor CUDA,
+    and on an XPU build of torch that sees no XPU, Lightning's "No supported gpu backend found!" says why;
   - a strategy given XPU `parallel_devices` implies the XPU accelerator (Lightning knows only cpu and cuda);
   - `devices="auto"` in a notebook uses one XPU, as Lightning does for CUDA;
   - one device gets a `SingleDeviceStrategy` on `xpu:<index>`, not on CPU;
@@ -24,6 +25,7 @@ from lightning_xpu import device as xpu
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
 from lightning_xpu.accelerator import explain_unavailable_xpu, is_xpu_accelerator
+from lightning_xpu.environments.errors import device_error
 from lightning_xpu.precision import for_xpu, quiet_cuda_scaler_warnings
 
 Method = Callable[..., Any]
@@ -49,12 +51,17 @@ def _auto_prefers_xpu_to_cpu(original: Method) -> Method:
 
 def _gpu_means_xpu_without_cuda_or_mps(original: Method) -> Method:
     def choose_gpu_accelerator_backend(*args: Any) -> str:
-        if not xpu.xpu_available():
-            return original(*args)
+        if not xpu.xpu_available() and not getattr(torch.version, "xpu", None):
+            return original(*args)  # not an XPU build of torch: Lightning's behaviour, untouched
         try:
             return original(*args)
-        except Exception:  # Lightning's only raise here: "No supported gpu backend found!" (neither MPS nor CUDA)
-            return "xpu"
+        except Exception as error:  # Lightning's only raise here: "No supported gpu backend found!" (no MPS, CUDA)
+            if xpu.xpu_available():
+                return "xpu"
+            from lightning_xpu.report.diagnose import unusable_reason
+
+            raise device_error(type(error), f"{str(error).rstrip('!.')} (no CUDA, no MPS); {unusable_reason()}") \
+                from None
 
     return choose_gpu_accelerator_backend
 
@@ -70,9 +77,10 @@ def _xpu_parallel_devices_imply_xpu(original: Method) -> Method:
         if not accelerator or (isinstance(accelerator, str) and accelerator in ("auto", "gpu")):
             self._accelerator_flag = "xpu"
         elif not is_xpu_accelerator(accelerator):
-            raise ValueError(
+            raise device_error(
+                ValueError,
                 f"XPU parallel_devices set through {type(strategy).__name__}, but accelerator={accelerator!r}:"
-                " set accelerator='xpu' (or leave it 'auto'), or give the strategy devices of that accelerator."
+                " set accelerator='xpu' (or leave it 'auto'), or give the strategy devices of that accelerator.",
             )
 
     return check_config_and_set_final_flags

@@ -17,11 +17,13 @@ IMPI_VENV="$LXPU_REPO_ROOT/build/venvs/impi"
 
 usage() {
     cat <<USAGE
-Usage: bash ci/services/install.sh [--help]
+Usage: bash ci/services/install.sh [debian] [impi] [--help]
 
 Installs what is missing of: Debian packages ${DEBIAN_PACKAGES[*]}
 (apt-get runs only when one is missing) and Intel MPI (PyPI impi-rt==$IMPI_VERSION) into
 build/venvs/impi (its launcher: build/venvs/impi/bin/mpiexec). Re-running is a fast no-op.
+Naming parts installs only those (bash ci/test.sh --stage lint needs only debian, for shellcheck);
+the default is both.
 
 Environment: LXPU_IMPI_VERSION overrides the impi-rt version; LXPU_PYTHON_BIN the python
 used for the Intel MPI venv (default: python3.11).
@@ -72,11 +74,20 @@ install_impi() {
 }
 
 main() {
-    ci_help_only usage "$@"
+    local parts=() part
+    for part in "$@"; do
+        case "$part" in
+            -h | --help) usage; exit 0 ;;
+            debian | impi) parts+=("$part") ;;
+            *) ci_die "unknown argument '$part': expected debian, impi or --help" ;;
+        esac
+    done
+    ((${#parts[@]})) || parts=(debian impi)
     ci_python311
-    install_debian
-    install_impi
-    ci_log "services installed (Intel MPI launcher: $IMPI_VENV/bin/mpiexec)"
+    for part in "${parts[@]}"; do
+        "install_$part"
+    done
+    ci_log "installed what was missing of: ${parts[*]}"
 }
 
 main "$@"

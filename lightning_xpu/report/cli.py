@@ -1,7 +1,8 @@
 """`lightning-xpu` (also `python -m lightning_xpu`): doctor, validate and report.
 
   doctor    the full picture: torch build and version, variant, devices and their properties, driver, relevant
-            environment variables, XCCL/ccl availability, the launcher detected, and why XPU cannot be used
+            environment variables, XCCL/ccl availability, the launcher detected, and why XPU cannot be used;
+            exit status 1 when a check failed
   validate  a level's checks (lightning_xpu/report/framework.py): `--level site` (default), the site validation
             job's; `--level smoke`, the install's smoke job. Writes a JSON report (schema:
             lightning_xpu/report/schema.json) and a Markdown one; exit status 1 when a check failed
@@ -23,6 +24,8 @@ from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, Report
 
 def doctor_report() -> Report:
     """What the doctor prints, as a report (kind "doctor"). Asks torch for XPU devices: the user asked."""
+    import torch
+
     from lightning_xpu.report import diagnose
     from lightning_xpu.report.checks import patch_rows
     from lightning_xpu.report.model import relevant_environment, versions
@@ -32,17 +35,19 @@ def doctor_report() -> Report:
     report = Report("doctor", found, environment=relevant_environment())
     reason = diagnose.unusable_reason()
     if reason is None:
-        import torch
-
         count = int(torch.xpu.device_count())
         report.devices = diagnose.device_facts(count)
         found["driver_version"] = str(report.devices[0].get("driver_version")) if report.devices else None
         report.checks.append(Check("xpu_usable", PASS, f"{count} XPU device(s): {report.devices[0]['name']}"))
     else:
         report.checks.append(Check("xpu_usable", FAIL, reason.replace(" " + diagnose.DOCTOR_HINT, "")))
-    backend, how = diagnose.collective_backend()
+    # A torch without XPU has no XPU collective to check, and no version advice for one to give.
+    xpu_build = reason is None or bool(getattr(torch.version, "xpu", None))
+    backend, how = diagnose.collective_backend() if xpu_build else (None, "")
     found["xpu_collective_backend"] = backend
-    if backend is not None:
+    if not xpu_build:
+        report.checks.append(Check("xpu_collectives", SKIP, "this PyTorch has no XPU support (see xpu_usable)"))
+    elif backend is not None:
         report.checks.append(Check("xpu_collectives", PASS, f"{backend}: {how}"))
     else:
         report.checks.append(Check("xpu_collectives", SKIP if reason else FAIL,
@@ -69,7 +74,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.json:
         report.write(args.json)
     print(render(report.to_dict()))
-    return 0
+    return 0 if report.ok else 1
 
 
 def default_json(level: str, stamp: str) -> Path:

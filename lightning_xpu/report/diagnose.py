@@ -87,12 +87,6 @@ def unusable_reason() -> str | None:
     return f"XPU cannot be used: {static_reason() or no_device_reason()} {DOCTOR_HINT}"
 
 
-def explain_unavailable(message: str) -> str:
-    """Lightning's "not available" message followed by our diagnosis (unchanged when no cause is found)."""
-    reason = unusable_reason()
-    return message if reason is None else f"{message}\n{reason}"
-
-
 # ---- facts for the doctor ------------------------------------------------------------------------------------
 
 DEVICE_FIELDS = ("name", "total_memory", "gpu_eu_count", "max_compute_units", "has_fp64", "driver_version",

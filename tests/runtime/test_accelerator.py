@@ -68,7 +68,7 @@ def test_accelerator_reports_devices_and_memory_stats(simulated_xpu) -> None:
 def test_without_xpu_the_trainer_says_not_available() -> None:
     from lightning.pytorch import Trainer
 
-    with pytest.raises(Exception, match="XPUAccelerator` can not run on your system"):
+    with pytest.raises(Exception, match=r"^XPU cannot be used: "):
         Trainer(accelerator="xpu")
 
 

@@ -185,7 +185,7 @@ def test_model_parallel_strategy_is_accepted_on_xpu(simulated_xpu, api, package)
 
 @pytest.mark.parametrize(("api", "package"), APIS)
 def test_without_xpu_the_xpu_accelerator_is_not_available(api, package) -> None:
-    with pytest.raises(Exception, match="XPUAccelerator` can not run on your system"):
+    with pytest.raises(Exception, match=r"^XPU cannot be used: "):
         build(api, package, accelerator="xpu")
 
 

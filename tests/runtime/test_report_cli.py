@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_doctor_prints_the_full_picture(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     monkeypatch.setenv("ZE_FLAT_DEVICE_HIERARCHY", "FLAT")
-    assert main(["doctor", "--json", str(tmp_path / "d.json")]) == 0
+    assert main(["doctor", "--json", str(tmp_path / "d.json")]) == 1  # a check failed: XPU is not usable here
     shown = capsys.readouterr().out
     data = json.loads((tmp_path / "d.json").read_text())
     check_report(data)
@@ -31,6 +31,8 @@ def test_doctor_prints_the_full_picture(tmp_path: Path, capsys: pytest.CaptureFi
     assert checks["xpu_usable"]["reason"].startswith("XPU cannot be used: PyTorch ")
     assert "doctor" not in checks["xpu_usable"]["reason"]  # no "run the doctor" inside the doctor
     assert checks["xpu_collectives"]["status"] == SKIP and checks["launcher"]["status"] == PASS
+    # Hints match the cause: a torch without XPU gets no advice about XPU collectives or PyTorch versions.
+    assert "no XPU support" in checks["xpu_collectives"]["reason"] and "PyTorch >=" not in shown
     assert data["environment"]["ZE_FLAT_DEVICE_HIERARCHY"] == "FLAT"
     for text in ("# lightning-xpu doctor report", "| torch_build | cpu |", "| variant |", "| level_zero_loader |",
                  "| `xpu_collectives` | skipped |", "ZE_FLAT_DEVICE_HIERARCHY=FLAT"):

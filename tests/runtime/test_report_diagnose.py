@@ -1,4 +1,5 @@
-"""`accelerator="xpu"` where XPU cannot be used: the error names the cause and points to `lightning-xpu doctor`.
+"""`accelerator="xpu"` (and "gpu" on an XPU build) where XPU cannot be used: one line that names the cause and the
+fix and points to `lightning-xpu doctor`, with no chained traceback.
 
 Each cause is simulated: `simulated_xpu(devices=0)` (tests/conftest.py) makes torch see no device, and
 `torch.version.xpu` is set where the cause needs an XPU build of torch (the build here is 2.13.0+cpu).
@@ -6,23 +7,29 @@ Each cause is simulated: `simulated_xpu(devices=0)` (tests/conftest.py) makes to
 
 from __future__ import annotations
 
+import os
+import pickle
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from lightning_xpu.environments.errors import DeviceError
 from lightning_xpu.report import diagnose
 
 
-def build(api: str) -> None:
+def build(api: str, accelerator: str = "xpu") -> None:
     if api == "trainer":
         from lightning.pytorch import Trainer
 
-        Trainer(accelerator="xpu", logger=False)
+        Trainer(accelerator=accelerator, logger=False)
     else:
         from lightning.fabric import Fabric
 
-        Fabric(accelerator="xpu")
+        Fabric(accelerator=accelerator)
 
 
 @pytest.fixture
@@ -54,6 +61,17 @@ CAUSES = {
 }
 
 
+def one_line_device_error(error: BaseException) -> str:
+    """The error's message, checked to be a one-line DeviceError with no chained traceback."""
+    message = str(error)
+    assert isinstance(error, DeviceError), type(error).__mro__
+    copy = pickle.loads(pickle.dumps(error))  # as an error sent back from a spawned rank
+    assert type(copy) is type(error) and str(copy) == message
+    assert "\n" not in message, message
+    assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)  # nothing chained
+    return message
+
+
 @pytest.mark.parametrize("api", ["trainer", "fabric"])
 @pytest.mark.parametrize("cause", list(CAUSES))
 def test_the_xpu_error_names_the_cause(cause, api, xpu_build_without_devices, monkeypatch) -> None:
@@ -62,15 +80,43 @@ def test_the_xpu_error_names_the_cause(cause, api, xpu_build_without_devices, mo
         monkeypatch.setattr(torch.version, "xpu", None, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(Exception, match="XPUAccelerator` can not run on your system") as raised:
+    with pytest.raises(Exception, match=r"^XPU cannot be used: ") as raised:
         build(api)
-    message = str(raised.value)
-    diagnosis = message.split("\n", 1)[1]
-    assert diagnosis.startswith("XPU cannot be used: ") and diagnosis.endswith(diagnose.DOCTOR_HINT)
-    assert len(diagnosis.splitlines()) <= 2
-    import re
-
+    diagnosis = one_line_device_error(raised.value)
+    assert diagnosis.endswith(diagnose.DOCTOR_HINT)
     assert re.search(expected, diagnosis), diagnosis
+
+
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+@pytest.mark.parametrize("cause", ["affinity mask", "selector selects nothing", "no gpu node"])
+def test_gpu_on_an_xpu_build_without_a_device_names_the_cause(cause, api, xpu_build_without_devices,
+                                                             monkeypatch) -> None:
+    """accelerator="gpu" where torch is an XPU build: Lightning finds no CUDA or MPS, and we say why XPU is not
+    there either, as a one-line error that is still Lightning's type (code catching it keeps working)."""
+    environ, _, expected = CAUSES[cause]
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    plain = build_connector_error(api)
+    with pytest.raises(type(plain)) as raised:
+        build(api, accelerator="gpu")
+    message = one_line_device_error(raised.value)
+    assert message.startswith(str(plain).rstrip("!.")), (message, str(plain))
+    assert re.search(expected, message) and message.endswith(diagnose.DOCTOR_HINT), message
+
+
+def build_connector_error(api: str) -> Exception:
+    """What plain Lightning raises for accelerator="gpu" without CUDA and MPS (its unpatched method)."""
+    from lightning_xpu._patching import original_of
+
+    if api == "trainer":
+        from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as connector
+    else:
+        from lightning.fabric.connector import _Connector as connector
+    try:
+        original_of(connector, "_choose_gpu_accelerator_backend")()
+    except Exception as error:
+        return error
+    raise AssertionError("plain Lightning found a gpu backend here")
 
 
 def test_a_driver_that_sees_no_device_on_a_gpu_node(xpu_build_without_devices) -> None:
@@ -95,3 +141,53 @@ def test_other_accelerators_never_run_the_diagnosis(monkeypatch) -> None:
     with pytest.raises(Exception, match="can not run on your system") as raised:
         Trainer(accelerator="cuda", logger=False)
     assert "XPU cannot be used" not in str(raised.value)
+
+
+@pytest.mark.parametrize("api", ["trainer", "fabric"])
+def test_gpu_without_an_xpu_build_is_plain_lightning(api, monkeypatch) -> None:
+    """torch without XPU (CPU, CUDA or MPS builds): accelerator="gpu" raises exactly what plain Lightning raises,
+    and nothing asks about XPU devices."""
+    monkeypatch.setattr(torch.version, "xpu", None, raising=False)
+    monkeypatch.setattr(diagnose, "unusable_reason", lambda: pytest.fail("diagnosed XPU off an XPU build"))
+    plain = build_connector_error(api)
+    with pytest.raises(Exception) as raised:
+        build(api, accelerator="gpu")
+    assert type(raised.value) is type(plain) and str(raised.value) == str(plain)
+
+
+@pytest.mark.parametrize("accelerator", ["xpu", "auto", "gpu"])
+@pytest.mark.parametrize("devices", [3, "0,5", [0, 0]])
+def test_devices_xpu_cannot_give_are_one_line(simulated_xpu, accelerator, devices) -> None:
+    """Two simulated XPUs and `devices` they cannot meet, on each path that picks XPU: a one-line ValueError."""
+    from lightning.pytorch import Trainer
+
+    simulated_xpu(devices=2)
+    with pytest.raises(ValueError) as raised:
+        Trainer(accelerator=accelerator, devices=devices, logger=False)
+    assert "xpu" in one_line_device_error(raised.value).lower()
+
+
+def test_a_device_index_this_process_cannot_see_is_one_line(simulated_xpu) -> None:
+    import lightning_xpu
+
+    simulated_xpu(devices=2)
+    with pytest.raises(RuntimeError) as raised:
+        lightning_xpu.XPUAccelerator().setup_device(torch.device("xpu", 2))
+    assert "use an index below 2" in one_line_device_error(raised.value)
+
+
+def test_uncaught_the_error_is_one_line_on_stderr(tmp_path: Path, newest_lightning_only) -> None:
+    """The excepthook: a script that asks for XPU on this CPU build prints one line and exits 1;
+    LIGHTNING_XPU_DEBUG=1 brings the traceback back."""
+    repo = Path(__file__).resolve().parents[2]
+    script = "import lightning_xpu\nfrom lightning.pytorch import Trainer\nTrainer(accelerator='xpu', logger=False)\n"
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("LIGHTNING_XPU_DEBUG", None)
+    shown, debug = (subprocess.run([sys.executable, "-c", script], env=extra, capture_output=True, text=True,
+                                   timeout=300, cwd=tmp_path)
+                    for extra in (env, {**env, "LIGHTNING_XPU_DEBUG": "1"}))
+    assert shown.returncode == 1 and debug.returncode == 1
+    lines = shown.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("DeviceError: XPU cannot be used: PyTorch "), shown.stderr
+    assert lines[0].endswith(diagnose.DOCTOR_HINT)
+    assert "Traceback (most recent call last)" in debug.stderr and lines[0].split(": ", 1)[1] in debug.stderr
