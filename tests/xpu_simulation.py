@@ -38,6 +38,7 @@ ONECCL_MODULE = "oneccl_bindings_for_pytorch"
 IPEX_MODULE = "intel_extension_for_pytorch"
 ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load (R3)
 RUNTIME_PACKAGE = "lightning_xpu"
+SIMULATED_SYCL_VERSION = "20250101"  # torch.version.xpu of a simulated 2.6+ XPU build (a oneAPI compiler date)
 
 
 class Patcher(Protocol):
@@ -128,12 +129,18 @@ def check_init_process_group(kwargs: dict[str, Any]) -> None:
         check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.devices)
 
 
-def check_init_device_mesh(bound_device: Any, backend: str | None) -> None:
-    """R11: from 2.13 DeviceMesh splits a process group bound to a device, which ProcessGroupXCCL cannot do."""
+def check_init_device_mesh(bound_device: Any, backend: str | None, mesh_shape: tuple[int, ...]) -> None:
+    """Row mesh_splits_bound_group: from 2.12 DeviceMesh splits a process group bound to a device for each mesh
+    dimension that does not span the whole world (a 1-D mesh over every rank reuses the default group), and
+    ProcessGroupXCCL cannot split."""
     sim = active()
-    if sim is not None and sim.profile is not None and bound_device is not None and backend == "xccl":
-        if sim.profile.fact("mesh_splits_bound_group"):
-            raise RuntimeError("ProcessGroupXCCL does not support splitting (simulated: pytorch/pytorch#186548)")
+    if sim is None or sim.profile is None or bound_device is None or backend != "xccl":
+        return
+    world = 1
+    for size in mesh_shape:
+        world *= size
+    if sim.profile.fact("mesh_splits_bound_group") and any(size != world for size in mesh_shape):
+        raise RuntimeError("No backend for the parent process group or its backend does not support splitting")
 
 
 # ---- oneCCL bindings stand-ins --------------------------------------------------------------------------------
@@ -211,23 +218,30 @@ class _ImportModel(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class StrictNamespace:
-    """Forwards everything to a real torch module; records lightning_xpu's accesses that no table row models."""
+    """Forwards everything to a real torch module; records lightning_xpu's accesses that no table row models.
+    `build`: what lightning_xpu alone sees in place of the CPU build's answer (path -> value), for the questions
+    that tell an XPU build from a CPU one; torch itself keeps its CPU build's answers (torch._dynamo asks
+    `torch.xpu._is_compiled()` on import and would then reach for XPU functions this build lacks)."""
 
-    __slots__ = ("_strict_path", "_strict_real", "_strict_record")
+    __slots__ = ("_strict_build", "_strict_path", "_strict_real", "_strict_record")
 
-    def __init__(self, real: Any, path: str, record: list[str]) -> None:
+    def __init__(self, real: Any, path: str, record: list[str], build: dict[str, Any] | None = None) -> None:
         object.__setattr__(self, "_strict_real", real)
         object.__setattr__(self, "_strict_path", path)
         object.__setattr__(self, "_strict_record", record)
+        object.__setattr__(self, "_strict_build", build or {})
 
     def __getattr__(self, name: str) -> Any:
         path = f"{self._strict_path}.{name}"
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller.split(".")[0] == RUNTIME_PACKAGE and not is_modelled(path):
-            self._strict_record.append(path)
+        if caller.split(".")[0] == RUNTIME_PACKAGE:
+            if not is_modelled(path):
+                self._strict_record.append(path)
+            if path in self._strict_build:
+                return self._strict_build[path]
         value = getattr(self._strict_real, name)
         if isinstance(value, ModuleType):
-            return StrictNamespace(value, path, self._strict_record)
+            return StrictNamespace(value, path, self._strict_record, self._strict_build)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -447,6 +461,13 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
         patch.setattr(sharded_grad_scaler, "_is_supported_device",
                       lambda tensor: tensor.device.type != "xpu" and real_check(tensor))
 
+    # Rows version_xpu and xpu_is_compiled: what tells this XPU build from a CPU one.
+    if profile.fact("version_xpu") == ABSENT:
+        patch.delattr(torch.version, "xpu", raising=False)
+    else:
+        patch.setattr(torch.version, "xpu", SIMULATED_SYCL_VERSION, raising=False)
+    build = {"xpu._is_compiled": lambda: profile.fact("xpu_is_compiled")}  # seen by lightning_xpu only
+
     # R5 the TF32 switches of oneDNN.
     mkldnn_class = type(torch.backends.mkldnn)
     if profile.fact("onednn_allow_tf32") == ABSENT:
@@ -472,7 +493,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     # The fork model, then the strict namespaces.
     patch.setattr(sys.modules[__name__], "_ACTIVE", [*_ACTIVE, sim])
     for attribute in ("xpu", "distributed", "backends"):
-        patch.setattr(torch, attribute, StrictNamespace(getattr(torch, attribute), attribute, sim.unmodelled))
+        patch.setattr(torch, attribute, StrictNamespace(getattr(torch, attribute), attribute, sim.unmodelled, build))
 
 
 # ---- launched ranks (tests/bootstrap/sitecustomize.py) ---------------------------------------------------------
