@@ -36,7 +36,7 @@ from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled
 
 ONECCL_MODULE = "oneccl_bindings_for_pytorch"
 IPEX_MODULE = "intel_extension_for_pytorch"
-ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load (R3)
+ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load
 RUNTIME_PACKAGE = "lightning_xpu"
 SIMULATED_SYCL_VERSION = "20250101"  # torch.version.xpu of a simulated 2.6+ XPU build (a oneAPI compiler date)
 
@@ -123,7 +123,8 @@ def active() -> SimulatedXPU | None:
 
 
 def check_init_process_group(kwargs: dict[str, Any]) -> None:
-    """The `device_id` rules of the active profile (R7); `recorded_process_group` and the real call use it."""
+    """The `device_id` rules of the active profile (row device_id_rule); `recorded_process_group` and the real call
+    use it."""
     sim = active()
     if sim is not None and sim.profile is not None:
         check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.devices)
@@ -180,7 +181,7 @@ def _bindings_dir(xpu_loaded: bool) -> Path:
 
 def stand_in_oneccl_module(xpu_loaded: bool = True) -> ModuleType:
     """Stand-in for Intel's `oneccl_bindings_for_pytorch`: a module whose directory holds its XPU library, loaded
-    into this process (healthy) or not (the bindings only printed a warning, R3)."""
+    into this process (healthy) or not (the bindings only printed a warning: row oneccl_needs_ipex_first)."""
     module = ModuleType(ONECCL_MODULE, "STAND-IN for Intel's oneCCL bindings; tests only, no oneCCL inside.")
     module.__file__ = str(_bindings_dir(xpu_loaded) / "__init__.py")
     module.STAND_IN = True  # type: ignore[attr-defined]
@@ -188,7 +189,8 @@ def stand_in_oneccl_module(xpu_loaded: bool = True) -> ModuleType:
 
 
 class _ImportModel(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of IPEX and the oneCCL bindings as the profile's release behaves (R3, R12)."""
+    """Imports of IPEX and the oneCCL bindings as the profile's release behaves (rows oneccl_needs_ipex_first,
+    ipex_replaces_memory_calls)."""
 
     def __init__(self, sim: SimulatedXPU, ipex_installed: bool, oneccl_installed: bool) -> None:
         self.sim, self.ipex_installed, self.oneccl_installed = sim, ipex_installed, oneccl_installed
@@ -342,7 +344,7 @@ def simulate_xpu(
 
     def properties(device: Any = None) -> SimpleNamespace:
         lazy_init("get_device_properties")
-        if profile is not None:  # R6: the field always exists, 512 when the device does not report it
+        if profile is not None:  # row eu_count_default: the field always exists, 512 when the device does not report it
             eus = sim.eu_count if sim.eu_count is not None else profile.fact("eu_count_default")
             extra = {"gpu_eu_count": eus}
         else:
@@ -405,7 +407,7 @@ def simulate_xpu(
     patch.setattr(xpu, "set_rng_state_all", set_rng_state_all)
     patch.setattr(xpu, "Stream", StandInXPUStream if profile is None else stream_class)
     patch.setattr(xpu, "stream", stream)
-    # An XPU build with the Kineto/PTI tracer can profile XPU activity (R10).
+    # An XPU build with the Kineto/PTI tracer can profile XPU activity (row profiler_xpu_activity).
     supported = set(torch.profiler.supported_activities())
     if pti:
         supported.add(torch.profiler.ProfilerActivity.XPU)
@@ -433,7 +435,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     else:
         patch.delattr(xpu, "_device_count_zes", raising=False)
 
-    # R8 is_xccl_available; R7 Backend names and device_id rules.
+    # Rows is_xccl_available, backend_xccl_name and device_id_rule.
     xccl = profile.fact("is_xccl_available")
     if xccl == ABSENT:
         patch.delattr(dist, "is_xccl_available", raising=False)
@@ -453,7 +455,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
 
     patch.setattr(dist, "init_process_group", init_process_group)
 
-    # R4 ShardedGradScaler devices.
+    # Row sharded_scaler_xpu.
     from torch.distributed.fsdp import sharded_grad_scaler
 
     if not profile.fact("sharded_scaler_xpu"):
@@ -468,7 +470,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
         patch.setattr(torch.version, "xpu", SIMULATED_SYCL_VERSION, raising=False)
     build = {"xpu._is_compiled": lambda: profile.fact("xpu_is_compiled")}  # seen by lightning_xpu only
 
-    # R5 the TF32 switches of oneDNN.
+    # Rows onednn_allow_tf32 and onednn_fp32_precision_api: the TF32 switches of oneDNN.
     mkldnn_class = type(torch.backends.mkldnn)
     if profile.fact("onednn_allow_tf32") == ABSENT:
         patch.delattr(mkldnn_class, "allow_tf32", raising=False)
@@ -478,7 +480,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     if profile.fact("onednn_fp32_precision_api") == ABSENT:
         patch.delattr(mkldnn_class, "matmul", raising=False)
 
-    # R3/R12 the import order of IPEX and the oneCCL bindings.
+    # Rows oneccl_needs_ipex_first and ipex_replaces_memory_calls: the import order of IPEX and the bindings.
     model = _ImportModel(sim, ipex_installed=ipex, oneccl_installed=oneccl)
     for module in (ONECCL_MODULE, IPEX_MODULE):
         if module in sys.modules:
