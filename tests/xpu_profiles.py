@@ -101,9 +101,11 @@ FACTS: tuple[Fact, ...] = (
     Fact("is_xccl_available", ">=2.6,<2.8", False, f"{C10D}@v2.6.0 (is_xccl_available added);"
          " intel/torch-xpu-ops@release/2.6 (no src/xccl), @release/2.7 (option USE_XCCL OFF)",
          ("distributed.is_xccl_available",)),
-    Fact("is_xccl_available", ">=2.8", True, "intel/torch-xpu-ops@release/2.8..release/2.14 (XCCL built in XPU"
-         " wheels)", ("distributed.is_xccl_available",), verified=False,
-         note="2.15: no torch-xpu-ops release/2.15 read; the 2.15 XPU wheel is assumed to keep XCCL"),
+    Fact("is_xccl_available", ">=2.8,<2.15", True, "intel/torch-xpu-ops@release/2.8..release/2.14 (src/xccl; XCCL"
+         " built in XPU wheels)", ("distributed.is_xccl_available",)),
+    Fact("is_xccl_available", "==2.15.*", True, f"{C10D}@v2.15.0 (is_xccl_available); intel/torch-xpu-ops@main"
+         " 2026-08-22 (src/xccl)", ("distributed.is_xccl_available",), verified=False,
+         note="no torch-xpu-ops release/2.15 read: the 2.15 XPU wheel is assumed to keep XCCL"),
     # ---- Backend names and init_process_group(device_id=...) ---------------------------------------------------
     Fact("backend_xccl_name", "<2.6", False, f"{C10D}@v2.5.1 (Backend has no XCCL)",
          ("distributed.Backend", "distributed.Backend.backend_list", "distributed.Backend.default_device_backend_map")),
@@ -127,7 +129,8 @@ FACTS: tuple[Fact, ...] = (
     Fact("mesh_splits_bound_group", ">=2.12,<2.15", True, f"{MESH}@v2.12.0..v2.14.0 (a bound group is split when"
          f" torch.accelerator.is_available()); {C10D}@v2.12.0 (split_group raises 'No backend for the parent process"
          f" group or its backend does not support splitting'); {XCCL_SOURCES}@release/2.12..release/2.14 (no"
-         " supportsSplitting)", ("distributed.device_mesh.init_device_mesh",)),
+         " supportsSplitting); pytorch/pytorch#186548, intel/torch-xpu-ops#5385",
+         ("distributed.device_mesh.init_device_mesh",)),
     Fact("mesh_splits_bound_group", "==2.15.*", True, f"{MESH}@v2.15.0 (split when"
          f" torch.accelerator.is_available()); {XCCL_SOURCES}@main 2026-08-22 (no supportsSplitting)",
          ("distributed.device_mesh.init_device_mesh",), verified=False,
