@@ -1,5 +1,6 @@
-"""The fact table (tests/xpu_profiles.py), its 2.13 rows against the torch installed here, the strictness of the
-simulation, and representative runtime paths on every profile of the grid (newest Lightning only, see conftest)."""
+"""The fact table (tests/xpu_profiles.py): every supported release builds a profile, its 2.13 rows against the torch
+installed here, the strictness of the simulation, representative runtime paths on every profile of the grid and the
+process-group setup on every supported release (newest Lightning only, see conftest)."""
 
 from __future__ import annotations
 
