@@ -72,12 +72,12 @@ FACTS: tuple[Fact, ...] = (
     Fact("initialising_calls", ">=2.5",
          ("set_device", "current_device", "get_device_properties", "get_device_name", "synchronize",
           "get_rng_state", "get_rng_state_all", "Stream"),
-         f"{XPU_INIT}@v2.5.1..v2.15.0, {RANDOM}@v2.5.1..v2.13.0 (get_rng_state: `_lazy_init()`)",
+         f"{XPU_INIT}@v2.5.1..v2.15.0, {RANDOM}@v2.5.1..v2.15.0 (get_rng_state: `_lazy_init()`)",
          ("xpu.set_device", "xpu.current_device", "xpu.get_device_properties", "xpu.get_device_name",
           "xpu.synchronize", "xpu.get_rng_state", "xpu.get_rng_state_all", "xpu.Stream", "xpu.stream")),
     # Calls queued by _lazy_call until initialisation: they never raise in a bad fork.
     Fact("deferred_calls", ">=2.5", ("set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all"),
-         f"{RANDOM}@v2.5.1..v2.13.0 (_lazy_call)", ("xpu.set_rng_state", "xpu.set_rng_state_all", "xpu.manual_seed",
+         f"{RANDOM}@v2.5.1..v2.15.0 (_lazy_call)", ("xpu.set_rng_state", "xpu.set_rng_state_all", "xpu.manual_seed",
                                                     "xpu.manual_seed_all")),
     Fact("manual_seed_skips_bad_fork", ">=2.5", True, "torch/random.py@v2.5.1..v2.15.0 (manual_seed: `if not"
          " torch.xpu._is_in_bad_fork(): torch.xpu.manual_seed_all(seed)`)", ("xpu._is_in_bad_fork",)),
