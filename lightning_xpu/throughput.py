@@ -23,7 +23,7 @@ def xpu_matmul_uses_tf32() -> bool:
 
     XPU kernels follow oneDNN's own switch, `torch.backends.mkldnn.allow_tf32` (matmuls from PyTorch 2.7,
     pytorch#144240; still what eager XPU reads in 2026: pytorch#187948, intel/torch-xpu-ops#4919), not
-    `torch.set_float32_matmul_precision`; PyTorch 2.5 has no switch (fp32 only). Where the switch reads None (a
+    `torch.set_float32_matmul_precision`; PyTorch 2.5 and 2.6 have no switch (fp32 only). Where the switch reads None (a
     build without XPU), the newer per-backend setting `torch.backends.mkldnn.matmul.fp32_precision` (2.9+) is used.
     `torch.get_float32_matmul_precision()` is not read: on 2.13 it raises once the new API has been used.
     """

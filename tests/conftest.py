@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.xpu_profiles import profiles_for_this_run
+from tests.xpu_profiles import ALL_PROFILES, profiles_for_this_run
 from tests.xpu_simulation import (
     ONECCL_MODULE,
     SimulatedXPU,
@@ -97,12 +97,14 @@ def rank_zero_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """`xpu_profile`: the torch releases of the profile grid (tests/xpu_profiles.py `PROFILE_GRID`), on the newest
-    Lightning of the CI venvs only; elsewhere tests asking for it (or for `newest_lightning_only`) are deselected
-    (older Lightning keeps the default simulation, to hold CI time)."""
+    """`xpu_profile`: the torch releases of the profile grid (tests/xpu_profiles.py `PROFILE_GRID`);
+    `every_xpu_profile`: every supported release (`ALL_PROFILES`, for a selection of cheap launch tests). Both on the
+    newest Lightning of the CI venvs only; elsewhere tests asking for them (or for `newest_lightning_only`) are
+    deselected (older Lightning keeps the default simulation, to hold CI time)."""
     profiles = profiles_for_this_run()
-    if "xpu_profile" in metafunc.fixturenames:
-        metafunc.parametrize("xpu_profile", profiles or (None,), ids=[f"torch{p}" for p in profiles] or ["off-grid"])
+    for name, chosen in (("xpu_profile", profiles), ("every_xpu_profile", profiles_for_this_run(ALL_PROFILES))):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, chosen or (None,), ids=[f"torch{p}" for p in chosen] or ["off-grid"])
     if "newest_lightning_only" in metafunc.fixturenames:
         metafunc.parametrize("newest_lightning_only", [bool(profiles) or None], ids=["newest-lightning"])
 
@@ -110,7 +112,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def off_grid(item: pytest.Item) -> bool:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        return any(name in params and params[name] is None for name in ("xpu_profile", "newest_lightning_only"))
+        return any(name in params and params[name] is None
+                   for name in ("xpu_profile", "every_xpu_profile", "newest_lightning_only"))
 
     deselected = [item for item in items if off_grid(item)]
     if deselected:
@@ -227,7 +230,8 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
             pg.object_broadcasts.append(SimpleNamespace(objects=list(objects), src=src, group=group))
 
         def init_device_mesh(device_type: str, mesh_shape: tuple[int, ...], **kwargs: Any) -> SimpleNamespace:
-            check_init_device_mesh(pg.init_kwargs.get("device_id"), pg.backend)  # an active torch profile's rule
+            # the rule of an active torch profile
+            check_init_device_mesh(pg.init_kwargs.get("device_id"), pg.backend, tuple(mesh_shape))
             mesh = SimpleNamespace(device_type=device_type, mesh_shape=tuple(mesh_shape), kwargs=kwargs)
             pg.meshes.append(mesh)
             return mesh

@@ -5,7 +5,14 @@ source it was read from (`file@tag`, or an upstream thread), the torch attribute
 below `torch.`) and whether the value was read from that release (`verified=False`: inferred, see `note`).
 `tests/xpu_simulation.py` turns a profile (`simulated_xpu(torch="2.7")`) into behaviour from these rows only; a
 runtime access to a `torch.xpu`/`torch.distributed`/`torch.backends` attribute that no row `touches` fails the test.
-The research summary these rows come from: shared/research/xpu-reality.md (table rows #1-#12 are cited as R1-R12).
+The rows were read from the Python sources, `.pyi` stubs and `c10/xpu` headers of the torch wheels 2.5.1, 2.6.0,
+2.7.0, 2.8.0, 2.9.0, 2.10.0, 2.11.0, 2.12.0, 2.13.0, 2.14.0 and 2.15.0 on PyPI (a file's Python source is the same in
+every build of a release), the intel/torch-xpu-ops release branches, the intel/torch-ccl and
+intel/intel-extension-for-pytorch tags, and the upstream issues cited row by row.
+
+The supported releases are the PyTorch minors of recipes/matrix.toml (`SUPPORTED_RELEASES`); every one of them must
+build a `Profile` (tests/runtime/test_profiles.py), and none may be newer than `NEWEST_READ`, the newest release the
+rows were read from.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 ABSENT = "absent"  # value of a fact whose attribute does not exist in that release
+MATRIX = Path(__file__).resolve().parents[1] / "recipes" / "matrix.toml"
+NEWEST_READ = "2.15"  # the newest torch release whose sources the rows below were read from
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,10 @@ class Fact:
 XPU_INIT = "torch/xpu/__init__.py"
 RANDOM = "torch/xpu/random.py"
 C10D = "torch/distributed/distributed_c10d.py"
+MESH = "torch/distributed/device_mesh.py"
+MKLDNN = "torch/backends/mkldnn/__init__.py"
+IPEX = "intel/intel-extension-for-pytorch intel_extension_for_pytorch/xpu/__init__.py"
+XCCL_SOURCES = "intel/torch-xpu-ops src/xccl"
 
 # ---- per-rank device masks (issue 18; kept in their own block so that other row changes merge cleanly) ----------
 # ZE_AFFINITY_MASK is applied by Level Zero beneath torch: a comma-separated list of device indices or
@@ -68,107 +82,139 @@ MASK_FACTS = (
 )
 
 FACTS: tuple[Fact, ...] = (
-    # ---- R1: counting devices, fork poisoning, the bad-fork state ------------------------------------------------
-    Fact("count_poisons_fork", ">=2.5,<2.12", "always",
-         f"torch/csrc/xpu/Module.cpp@v2.5.1 (poison_fork in getDeviceCount); {XPU_INIT}@v2.11.0", ("xpu.device_count",
+    # ---- counting devices, fork poisoning, the bad-fork state -------------------------------------------------
+    Fact("count_poisons_fork", ">=2.5,<2.13", "always",
+         f"torch/csrc/xpu/Module.cpp@v2.5.1 (poison_fork in getDeviceCount); {XPU_INIT}@v2.5.1..v2.12.0"
+         " (device_count calls torch._C._xpu_getDeviceCount, no Sysman path)", ("xpu.device_count",
          "xpu.is_available")),
     Fact("count_poisons_fork", ">=2.13", "unless-pyzes",
-         f"{XPU_INIT}@v2.13.0 (device_count: _device_count_zes first; 'will NOT poison fork if Level Zero Sysman"
-         " discovery succeeds')", ("xpu.device_count", "xpu.is_available", "xpu._device_count_zes")),
+         f"{XPU_INIT}@v2.13.0..v2.15.0 (device_count: _device_count_zes first; 'will NOT poison fork if Level Zero"
+         " Sysman discovery succeeds')", ("xpu.device_count", "xpu.is_available", "xpu._device_count_zes")),
     Fact("bad_fork_error", ">=2.5",
          "Cannot re-initialize XPU in forked subprocess. To use XPU with multiprocessing, you must use the 'spawn'"
-         " start method", f"{XPU_INIT}@v2.13.0 (_lazy_init)", ("xpu._is_in_bad_fork",)),
-    Fact("initialized_in_bad_fork", ">=2.5", False, f"{XPU_INIT}@v2.13.0 (is_initialized: `_initialized and not"
+         " start method", f"{XPU_INIT}@v2.5.1..v2.15.0 (_lazy_init)", ("xpu._is_in_bad_fork",)),
+    Fact("initialized_in_bad_fork", ">=2.5", False, f"{XPU_INIT}@v2.5.1..v2.15.0 (is_initialized: `_initialized and not"
          " _is_in_bad_fork()`)", ("xpu.is_initialized",)),
     # Calls that run _lazy_init(): they start the XPU runtime (and poison fork), and raise in a bad fork.
     Fact("initialising_calls", ">=2.5",
          ("set_device", "current_device", "get_device_properties", "get_device_name", "synchronize",
           "get_rng_state", "get_rng_state_all", "Stream"),
-         f"{XPU_INIT}@v2.13.0, {RANDOM}@v2.13.0 (get_rng_state: `_lazy_init()`), R2",
+         f"{XPU_INIT}@v2.5.1..v2.15.0, {RANDOM}@v2.5.1..v2.15.0 (get_rng_state: `_lazy_init()`)",
          ("xpu.set_device", "xpu.current_device", "xpu.get_device_properties", "xpu.get_device_name",
           "xpu.synchronize", "xpu.get_rng_state", "xpu.get_rng_state_all", "xpu.Stream", "xpu.stream")),
     # Calls queued by _lazy_call until initialisation: they never raise in a bad fork.
     Fact("deferred_calls", ">=2.5", ("set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all"),
-         f"{RANDOM}@v2.13.0 (_lazy_call)", ("xpu.set_rng_state", "xpu.set_rng_state_all", "xpu.manual_seed",
-                                             "xpu.manual_seed_all")),
-    Fact("manual_seed_skips_bad_fork", ">=2.5", True, "torch/random.py@v2.13.0 (manual_seed: `if not"
+         f"{RANDOM}@v2.5.1..v2.15.0 (_lazy_call)", ("xpu.set_rng_state", "xpu.set_rng_state_all", "xpu.manual_seed",
+                                                    "xpu.manual_seed_all")),
+    Fact("manual_seed_skips_bad_fork", ">=2.5", True, "torch/random.py@v2.5.1..v2.15.0 (manual_seed: `if not"
          " torch.xpu._is_in_bad_fork(): torch.xpu.manual_seed_all(seed)`)", ("xpu._is_in_bad_fork",)),
     # empty_cache / memory_stats do nothing before initialisation (so nothing in a bad fork) ...
-    Fact("memory_calls_need_init", ">=2.5", False, "torch/xpu/memory.py@v2.13.0 (empty_cache: `if"
+    Fact("memory_calls_need_init", ">=2.5", False, "torch/xpu/memory.py@v2.5.1..v2.15.0 (empty_cache: `if"
          " is_initialized()`; memory_stats_as_nested_dict returns {} when not initialised)",
-         ("xpu.empty_cache", "xpu.memory_stats"), verified=False, note="read in 2.13 only; assumed for 2.5-2.12"),
-    # ... unless IPEX replaced them (R12). Whether IPEX's versions initialise XPU is not verified: modelled as they do.
-    Fact("ipex_replaces_memory_calls", ">=2.5,<2.8", True, "intel/intel-extension-for-pytorch frontend.py"
-         "@v2.5.10+xpu..v2.7.10+xpu (R12)", ("xpu.empty_cache", "xpu.memory_stats"), verified=False,
-         note="replacement verified; its behaviour before initialisation is not, so it is modelled as initialising"),
-    Fact("ipex_replaces_memory_calls", ">=2.8", False, "intel/intel-extension-for-pytorch@v2.8.10+xpu (the last"
-         " release; nothing replaced from 2.8 on is known)", verified=False, note="no IPEX read for 2.8"),
-    # ---- R8: is_xccl_available ----------------------------------------------------------------------------------
-    Fact("is_xccl_available", "<2.6", ABSENT, "torch/distributed/__init__.py@v2.5.1",
+         ("xpu.empty_cache", "xpu.memory_stats")),
+    # ... unless IPEX replaced them. Whether IPEX's versions initialise XPU is not verified: modelled as they do.
+    Fact("ipex_replaces_memory_calls", "<2.8", True, f"{IPEX}@v2.5.10+xpu..v2.7.10+xpu (_register_torch_device_module"
+         " sets the _register_submodule_white_list names, empty_cache and memory_stats among them, on torch.xpu)",
+         ("xpu.empty_cache", "xpu.memory_stats"), verified=False,
+         note="replacement verified; IPEX's empty_cache calls its _C._emptyCache() without an is_initialized()"
+              " check, whether that initialises XPU is not verified, so it is modelled as initialising"),
+    Fact("ipex_replaces_memory_calls", ">=2.8,<2.11", False, f"{IPEX}@v2.8.10+xpu..v2.10.10+xpu (the white list is"
+         " empty: only attributes torch.xpu lacks are added, and mem_get_info is black-listed)"),
+    Fact("ipex_replaces_memory_calls", ">=2.11", False, "intel/intel-extension-for-pytorch@v2.10.10+xpu (the last"
+         " tag; the repository was archived in 2026-03): no IPEX exists for torch 2.11+, so nothing is replaced"),
+    # ---- is_xccl_available ----------------------------------------------------------------------------------
+    Fact("is_xccl_available", "<2.6", ABSENT, f"{C10D}@v2.5.1, torch/distributed/__init__.py@v2.5.1 (no"
+         " is_xccl_available)", ("distributed.is_xccl_available",)),
+    Fact("is_xccl_available", ">=2.6,<2.8", False, f"{C10D}@v2.6.0 (is_xccl_available added);"
+         " intel/torch-xpu-ops@release/2.6 (no src/xccl), @release/2.7 (option USE_XCCL OFF)",
          ("distributed.is_xccl_available",)),
-    Fact("is_xccl_available", ">=2.6,<2.8", False, "intel/torch-xpu-ops@release/2.6 (no XCCL), @release/2.7 (USE_XCCL"
-         " off)", ("distributed.is_xccl_available",)),
-    Fact("is_xccl_available", ">=2.8", True, "intel/torch-xpu-ops@release/2.8 (XCCL built in XPU wheels)",
-         ("distributed.is_xccl_available",)),
-    # ---- R7: Backend names and init_process_group(device_id=...) --------------------------------------------------
+    Fact("is_xccl_available", ">=2.8,<2.15", True, "intel/torch-xpu-ops@release/2.8..release/2.14 (src/xccl; XCCL"
+         " built in XPU wheels)", ("distributed.is_xccl_available",)),
+    Fact("is_xccl_available", "==2.15.*", True, f"{C10D}@v2.15.0 (is_xccl_available); intel/torch-xpu-ops@main"
+         " 2026-08-22 (src/xccl)", ("distributed.is_xccl_available",), verified=False,
+         note="no torch-xpu-ops release/2.15 read: the 2.15 XPU wheel is assumed to keep XCCL"),
+    # ---- Backend names and init_process_group(device_id=...) ---------------------------------------------------
     Fact("backend_xccl_name", "<2.6", False, f"{C10D}@v2.5.1 (Backend has no XCCL)",
          ("distributed.Backend", "distributed.Backend.backend_list", "distributed.Backend.default_device_backend_map")),
-    Fact("backend_xccl_name", ">=2.6", True, f"{C10D}@v2.13.0 (Backend.XCCL, backend_list, default map xpu->xccl)",
-         ("distributed.Backend", "distributed.Backend.backend_list", "distributed.Backend.default_device_backend_map"),
-         verified=False, note="2.13 read (and checked against the installed torch); 2.6-2.12 assumed the same"),
+    Fact("backend_xccl_name", ">=2.6", True, f"{C10D}@v2.6.0..v2.15.0 (Backend.XCCL, in backend_list, default map"
+         " xpu -> xccl)", ("distributed.Backend", "distributed.Backend.backend_list",
+                           "distributed.Backend.default_device_backend_map")),
     Fact("device_id_rule", "<2.7", "cuda-only", f"{C10D}@v2.5.1/v2.6.0 (ValueError for a non-CUDA device_id)",
          ("distributed.init_process_group",)),
     Fact("device_id_rule", "==2.7.*", "not-cpu", f"{C10D}@v2.7.0 (rejects only a CPU device_id)",
          ("distributed.init_process_group",)),
-    Fact("device_id_rule", ">=2.8", "accelerator", f"{C10D}@v2.13.0 (type must be the compiled accelerator's,"
-         " with an index below torch.accelerator.device_count())", ("distributed.init_process_group",)),
-    # ---- R11: DeviceMesh over a process group bound to a device --------------------------------------------------
-    Fact("mesh_splits_bound_group", "<2.13", False, "torch/distributed/device_mesh.py@v2.7.0..v2.11.0 (splitting"
-         " gated on torch.cuda.is_available())", ("distributed.device_mesh.init_device_mesh",)),
-    Fact("mesh_splits_bound_group", ">=2.13", True, "torch/distributed/device_mesh.py@v2.13.0 (a bound group is"
-         " split; ProcessGroupXCCL cannot split: pytorch/pytorch#186548@2026-06, intel/torch-xpu-ops#5385)",
+    Fact("device_id_rule", ">=2.8,<2.15", "accelerator", f"{C10D}@v2.8.0..v2.14.0 (type must be the compiled"
+         " accelerator's, with an index below torch.accelerator.device_count(); a CPU device_id is refused)",
+         ("distributed.init_process_group",)),
+    Fact("device_id_rule", ">=2.15", "accelerator-or-cpu", f"{C10D}@v2.15.0 (as 2.8-2.14, but a CPU device_id with"
+         " an index is accepted: _new_process_group_helper checks only the index)",
+         ("distributed.init_process_group",)),
+    # ---- DeviceMesh over a process group bound to a device -------------------------------------------------------
+    Fact("mesh_splits_bound_group", "<2.12", False, f"{MESH}@v2.7.0..v2.11.0 (split_group only when"
+         " torch.cuda.is_available()); before 2.7 an XPU group cannot be bound (row device_id_rule)",
          ("distributed.device_mesh.init_device_mesh",)),
-    # ---- R4: ShardedGradScaler ---------------------------------------------------------------------------------
+    Fact("mesh_splits_bound_group", ">=2.12,<2.15", True, f"{MESH}@v2.12.0..v2.14.0 (a bound group is split when"
+         f" torch.accelerator.is_available()); {C10D}@v2.12.0 (split_group raises 'No backend for the parent process"
+         f" group or its backend does not support splitting'); {XCCL_SOURCES}@release/2.12..release/2.14 (no"
+         " supportsSplitting); pytorch/pytorch#186548, intel/torch-xpu-ops#5385",
+         ("distributed.device_mesh.init_device_mesh",)),
+    Fact("mesh_splits_bound_group", "==2.15.*", True, f"{MESH}@v2.15.0 (split when"
+         f" torch.accelerator.is_available()); {XCCL_SOURCES}@main 2026-08-22 (no supportsSplitting)",
+         ("distributed.device_mesh.init_device_mesh",), verified=False,
+         note="torch-xpu-ops release/2.15 not read: XCCL is assumed still unable to split"),
+    # ---- ShardedGradScaler ---------------------------------------------------------------------------------
     Fact("sharded_scaler_xpu", "<2.6", False, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.5.1"
          " (_is_supported_device lacks 'xpu': scale() asserts)", ("distributed.fsdp",
          "distributed.fsdp.sharded_grad_scaler._is_supported_device")),
-    Fact("sharded_scaler_xpu", ">=2.6", True, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.6.0..v2.13.0",
+    Fact("sharded_scaler_xpu", ">=2.6", True, "torch/distributed/fsdp/sharded_grad_scaler.py@v2.6.0..v2.15.0",
          ("distributed.fsdp", "distributed.fsdp.sharded_grad_scaler._is_supported_device")),
-    # ---- R3: oneCCL bindings ------------------------------------------------------------------------------------
+    # ---- oneCCL bindings ------------------------------------------------------------------------------------
     Fact("oneccl_needs_ipex_first", "<2.8", True, "intel/torch-ccl README and src/gpu/CMakeLists.txt"
          "@v2.5.0+xpu..v2.7.0+xpu; oneccl_bindings_for_pytorch/__init__.py (prints 'CCL doesn't work for XPU"
          " device' when lib/liboneccl_bindings_for_pytorch_xpu.so fails to load)"),
     Fact("oneccl_needs_ipex_first", ">=2.8", False, "intel/torch-ccl README@v2.8.0+xpu (no IPEX requirement)"),
-    # ---- R5: the TF32 switch XPU matmuls follow ---------------------------------------------------------------
-    Fact("onednn_allow_tf32", "<2.6", ABSENT, "torch/backends/mkldnn/__init__.py@v2.5.1",
+    # ---- the TF32 switch XPU matmuls follow (2.5 and 2.6 have none) ---------------------------------------
+    Fact("onednn_allow_tf32", "<2.7", ABSENT, f"{MKLDNN}@v2.5.1, @v2.6.0 (no allow_tf32)",
          ("backends.mkldnn", "backends.mkldnn.allow_tf32")),
-    Fact("onednn_allow_tf32", ">=2.6", "switch", "torch/backends/mkldnn/__init__.py@v2.8.0..v2.13.0; XPU matmul"
-         " reads it from pytorch#144240 (2.7); eager XPU still reads it in 2026 (pytorch#187948,"
-         " intel/torch-xpu-ops#4919)", ("backends.mkldnn", "backends.mkldnn.allow_tf32"), verified=False,
-         note="2.6/2.7: from the PRs (pytorch#137570 conv, #144240 matmul), not read from the wheels"),
-    Fact("onednn_fp32_precision_api", "<2.9", ABSENT, "torch/backends/mkldnn/__init__.py@v2.8.0",
+    Fact("onednn_allow_tf32", ">=2.7", "switch", f"{MKLDNN}@v2.7.0..v2.15.0 (allow_tf32 ="
+         " ContextProp(torch._C._get_onednn_allow_tf32, ...)); XPU matmul reads it from pytorch#144240 (2.7); eager"
+         " XPU still reads it in 2026 (pytorch#187948, intel/torch-xpu-ops#4919)",
+         ("backends.mkldnn", "backends.mkldnn.allow_tf32")),
+    Fact("onednn_fp32_precision_api", "<2.9", ABSENT, f"{MKLDNN}@v2.5.1..v2.8.0 (no matmul/_FP32Precision)",
          ("backends.mkldnn.matmul",)),
-    Fact("onednn_fp32_precision_api", ">=2.9", "present", "torch/backends/mkldnn/__init__.py@v2.13.0 (matmul ="
+    Fact("onednn_fp32_precision_api", ">=2.9", "present", f"{MKLDNN}@v2.9.0..v2.15.0 (matmul ="
          " _FP32Precision('mkldnn', 'matmul')); pytorch#157520", ("backends.mkldnn.matmul",
-         "backends.mkldnn.matmul.fp32_precision"), verified=False, note="2.9-2.12 from the PR"),
-    Fact("mixed_precision_api_raises", "<2.9", False, "torch/backends/mkldnn/__init__.py@v2.8.0 (no fp32_precision"
-         " API before 2.9: nothing to mix)"),
-    Fact("mixed_precision_api_raises", ">=2.13", True, "torch/__init__.py@v2.13.0 (measured here: after"
+         "backends.mkldnn.matmul.fp32_precision")),
+    Fact("mixed_precision_api_raises", "<2.9", False, f"{MKLDNN}@v2.8.0 (no fp32_precision API before 2.9: nothing"
+         " to mix)"),
+    Fact("mixed_precision_api_raises", ">=2.9,<2.13", True, "torch/__init__.py@v2.9.0..v2.12.0"
+         " (get_float32_matmul_precision returns torch._C._get_float32_matmul_precision(), whose check is C++)",
+         verified=False, note="the C++ check was not read for 2.9-2.12: modelled as raising, like 2.13"),
+    Fact("mixed_precision_api_raises", "==2.13.*", True, "torch/__init__.py@v2.13.0 (measured here: after"
          " `torch.backends.mkldnn.matmul.fp32_precision = 'tf32'`, get_float32_matmul_precision() raises"
-         " RuntimeError)", verified=True, note="2.9-2.12 not verified"),
-    # ---- R6: gpu_eu_count ---------------------------------------------------------------------------------------
+         " RuntimeError)"),
+    Fact("mixed_precision_api_raises", ">=2.14", True, "torch/__init__.py@v2.14.0, v2.15.0 (the same call into"
+         " C++)", verified=False, note="not measured on 2.14/2.15: modelled as raising, like 2.13"),
+    # ---- gpu_eu_count ---------------------------------------------------------------------------------------
     Fact("eu_count_default", ">=2.5", 512, "c10/xpu/XPUDeviceProp.h@v2.5.1..v2.15.0 (gpu_eu_count filled with"
          " 512 when the device lacks the aspect)", ("xpu.get_device_properties",)),
-    # ---- R10: the profiler ------------------------------------------------------------------------------------
-    Fact("profiler_xpu_activity", ">=2.5", "pti-builds-only", "torch/profiler@v2.5.1..v2.13.0"
+    # ---- the profiler ------------------------------------------------------------------------------------
+    Fact("profiler_xpu_activity", ">=2.5", "pti-builds-only", "torch/_C/_profiler.pyi@v2.5.1..v2.15.0"
          " (ProfilerActivity.XPU always exists; in supported_activities() only with Kineto/PTI)"),
     *MASK_FACTS,
+    # ---- telling an XPU build from a CPU one ---------------------------------------------------------------
+    Fact("version_xpu", "<2.6", ABSENT, "torch/version.py@v2.5.1 (no xpu attribute; added by pytorch#139466)"),
+    Fact("version_xpu", ">=2.6", "sycl-version", "torch/version.py@v2.6.0..v2.15.0 (`xpu: Optional[str]`, set by"
+         " XPU builds)"),
+    Fact("xpu_is_compiled", ">=2.5", True, f"{XPU_INIT}@v2.5.1..v2.15.0 (_is_compiled returns torch._C._has_xpu)",
+         ("xpu._is_compiled",)),
 )
 
-# What the package assumes and the research verified in every release 2.5-2.15 ("Verified as the package assumes",
-# xpu-reality.md): attributes the runtime may touch without a behaviour row of its own.
+# What the package assumes and the sources show in every release 2.5-2.15: attributes the runtime may touch without
+# a behaviour row of its own.
 VERIFIED_AS_ASSUMED = Fact(
-    "verified_api", ">=2.5", True, "xpu-reality.md 'Verified as the package assumes' (torch 2.5.1-2.15.0 sources)",
+    "verified_api", ">=2.5", True, f"{XPU_INIT}, torch/xpu/memory.py, {RANDOM}, {C10D}, {MESH},"
+    " torch/distributed/fsdp/sharded_grad_scaler.py @v2.5.1..v2.15.0",
     ("xpu.set_device", "xpu.synchronize", "xpu.empty_cache", "xpu.memory_stats", "xpu.Stream", "xpu.stream",
      "xpu.get_device_name", "xpu.get_device_properties", "xpu.get_rng_state_all", "xpu.set_rng_state_all",
      "xpu.is_initialized", "xpu.manual_seed_all", "xpu.device_count", "xpu.is_available",
@@ -216,6 +262,9 @@ class Profile:
     pti: bool = True
 
     def __post_init__(self) -> None:
+        if Version(self.torch) >= Version(_next_minor(NEWEST_READ)):  # open-ended rows say nothing about it
+            raise UnknownFact(f"torch {self.torch} is newer than any release the table was read from ({NEWEST_READ}):"
+                              " read its sources, then extend the rows and NEWEST_READ in tests/xpu_profiles.py")
         for name in fact_names():  # every fact must be known for this release: fail at once, naming the gap
             fact(name, self.torch)
 
@@ -274,28 +323,58 @@ def visible_device_count(devices: int, mask: str | None) -> int:
     return len(selected)
 
 
-# The releases XPU unit tests run against on the newest Lightning (issue 11): the first of each behaviour era.
-PROFILE_GRID = ("2.5", "2.7", "2.8", "2.13")
+def _next_minor(minor: str) -> str:
+    major, number = Version(minor).release[:2]
+    return f"{major}.{number + 1}"
+
+
+def supported_releases(matrix: Path = MATRIX) -> tuple[str, ...]:
+    """The PyTorch minors lightning-xpu supports: the `[versions."X.Y"]` entries of recipes/matrix.toml, oldest
+    first."""
+    versions = tomllib.loads(matrix.read_text())["versions"]
+    return tuple(sorted(versions, key=Version))
+
+
+def profile_grid(releases: tuple[str, ...]) -> tuple[str, ...]:
+    """The releases run on every CI run: the oldest, the last on oneCCL's "ccl" bindings, the first with XCCL (row
+    is_xccl_available) and the newest; each once, oldest first."""
+    on_ccl = [version for version in releases if fact("is_xccl_available", version) is not True]
+    on_xccl = [version for version in releases if fact("is_xccl_available", version) is True]
+    picks = [releases[0], *on_ccl[-1:], *on_xccl[:1], releases[-1]]
+    return tuple(sorted(set(picks), key=Version))
+
+
+def releases_between(oldest: str, newest: str) -> tuple[str, ...]:
+    """Every minor release from `oldest` to `newest` (same major)."""
+    major, first = Version(oldest).release[:2]
+    return tuple(f"{major}.{number}" for number in range(first, Version(newest).release[1] + 1))
+
+
+# Every supported release (a selection of launch tests runs on each: the `every_xpu_profile` fixture) and the grid
+# the XPU unit tests run on (the `xpu_profile` fixture), both on the newest Lightning only (tests/conftest.py).
+SUPPORTED_RELEASES = ALL_PROFILES = supported_releases()
+NEWEST_PROFILE = SUPPORTED_RELEASES[-1]
+PROFILE_GRID = profile_grid(SUPPORTED_RELEASES)
+# Every release the rows were read for, from the oldest supported one (a release the matrix adds later is ready).
+TABLE_RELEASES = releases_between(SUPPORTED_RELEASES[0], NEWEST_READ)
 
 
 def check_device_id(profile: Profile, device_id: Any, accelerator: str | None, accelerator_count: int) -> None:
-    """`init_process_group(device_id=...)` validation of `profile`'s release (R7); raises ValueError like torch."""
+    """`init_process_group(device_id=...)` validation of `profile`'s release (row device_id_rule); raises ValueError
+    like torch."""
     import torch
 
     if device_id is None:
         return
     rule = profile.fact("device_id_rule")
+    on_accelerator = rule in ("accelerator", "accelerator-or-cpu")
     if isinstance(device_id, int):
-        if rule != "accelerator" or accelerator is None:
+        if not on_accelerator or accelerator is None:
             raise ValueError("device_id is an int, but no accelerator support is found from the current compilation.")
         device_id = torch.device(accelerator, device_id)
-    if rule == "cuda-only" and device_id.type != "cuda":
+    if rule == "cuda-only" and (device_id.type != "cuda" or device_id.index is None):
         raise ValueError(f"init_process_group device_id must be a CUDA device on torch {profile.torch}: {device_id}")
-    if rule == "not-cpu" and device_id.type == "cpu":
-        raise ValueError("init_process_group device_id parameter must be an accelerator")
-    if rule != "accelerator":
-        return
-    if device_id.type != "cpu":
+    if on_accelerator and device_id.type != "cpu":
         if accelerator is None or device_id.type != accelerator:
             raise ValueError(f"device_id {device_id} does not match the current compilation's accelerator support:"
                              f" {accelerator}.")
@@ -304,7 +383,8 @@ def check_device_id(profile: Profile, device_id: Any, accelerator: str | None, a
         if device_id.index >= accelerator_count:
             raise ValueError(f"device_id {device_id} is out of range. Please use a device index less than the number"
                              f" of accelerators available: {accelerator_count}.")
-    if device_id.index is None or device_id.type == "cpu":
+    cpu_allowed = rule == "accelerator-or-cpu"  # 2.15: _new_process_group_helper checks only the index
+    if device_id.index is None or (device_id.type == "cpu" and not cpu_allowed):
         raise ValueError("init_process_group device_id parameter must be an accelerator with an index")
 
 
@@ -316,13 +396,14 @@ def newest_lightning_in(venv_dir: str | None) -> Version | None:
     return max(versions, default=None)
 
 
-def profiles_for_this_run() -> tuple[str, ...]:
-    """The torch profiles XPU unit tests run against here: the grid on the newest Lightning of the CI venvs (or
-    when `LXPU_SIM_GRID=1`), none elsewhere (older Lightning venvs keep the default simulation, to hold CI time)."""
+def profiles_for_this_run(profiles: tuple[str, ...] = PROFILE_GRID) -> tuple[str, ...]:
+    """The torch profiles XPU unit tests run against here (`profiles`: the grid, or ALL_PROFILES): all of them on the
+    newest Lightning of the CI venvs (or when `LXPU_SIM_GRID=1`), none elsewhere (older Lightning venvs keep the
+    default simulation, to hold CI time)."""
     from importlib.metadata import PackageNotFoundError, version
 
     if os.environ.get("LXPU_SIM_GRID") == "1":
-        return PROFILE_GRID
+        return profiles
     newest = newest_lightning_in(os.environ.get("LXPU_VENV_DIR"))
     try:
         installed = Version(version("lightning"))
@@ -331,4 +412,4 @@ def profiles_for_this_run() -> tuple[str, ...]:
             installed = Version(version("pytorch-lightning"))
         except PackageNotFoundError:
             return ()
-    return PROFILE_GRID if newest is None or installed >= newest else ()
+    return profiles if newest is None or installed >= newest else ()

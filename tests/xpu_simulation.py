@@ -36,9 +36,10 @@ from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled, ma
 
 ONECCL_MODULE = "oneccl_bindings_for_pytorch"
 IPEX_MODULE = "intel_extension_for_pytorch"
-ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load (R3)
+ONECCL_XPU_LIBRARY = "lib/liboneccl_bindings_for_pytorch_xpu.so"  # what the real bindings load
 RUNTIME_PACKAGE = "lightning_xpu"
 AFFINITY_MASK = "ZE_AFFINITY_MASK"  # Level Zero's per-process device mask (tests/xpu_profiles.py MASK_FACTS)
+SIMULATED_SYCL_VERSION = "20250101"  # torch.version.xpu of a simulated 2.6+ XPU build (a oneAPI compiler date)
 
 
 class Patcher(Protocol):
@@ -128,18 +129,25 @@ def active() -> SimulatedXPU | None:
 
 
 def check_init_process_group(kwargs: dict[str, Any]) -> None:
-    """The `device_id` rules of the active profile (R7); `recorded_process_group` and the real call use it."""
+    """The `device_id` rules of the active profile (row device_id_rule); `recorded_process_group` and the real call
+    use it."""
     sim = active()
     if sim is not None and sim.profile is not None:
         check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.visible_devices())
 
 
-def check_init_device_mesh(bound_device: Any, backend: str | None) -> None:
-    """R11: from 2.13 DeviceMesh splits a process group bound to a device, which ProcessGroupXCCL cannot do."""
+def check_init_device_mesh(bound_device: Any, backend: str | None, mesh_shape: tuple[int, ...]) -> None:
+    """Row mesh_splits_bound_group: from 2.12 DeviceMesh splits a process group bound to a device for each mesh
+    dimension that does not span the whole world (a 1-D mesh over every rank reuses the default group), and
+    ProcessGroupXCCL cannot split."""
     sim = active()
-    if sim is not None and sim.profile is not None and bound_device is not None and backend == "xccl":
-        if sim.profile.fact("mesh_splits_bound_group"):
-            raise RuntimeError("ProcessGroupXCCL does not support splitting (simulated: pytorch/pytorch#186548)")
+    if sim is None or sim.profile is None or bound_device is None or backend != "xccl":
+        return
+    world = 1
+    for size in mesh_shape:
+        world *= size
+    if sim.profile.fact("mesh_splits_bound_group") and any(size != world for size in mesh_shape):
+        raise RuntimeError("No backend for the parent process group or its backend does not support splitting")
 
 
 # ---- oneCCL bindings stand-ins --------------------------------------------------------------------------------
@@ -179,7 +187,7 @@ def _bindings_dir(xpu_loaded: bool) -> Path:
 
 def stand_in_oneccl_module(xpu_loaded: bool = True) -> ModuleType:
     """Stand-in for Intel's `oneccl_bindings_for_pytorch`: a module whose directory holds its XPU library, loaded
-    into this process (healthy) or not (the bindings only printed a warning, R3)."""
+    into this process (healthy) or not (the bindings only printed a warning: row oneccl_needs_ipex_first)."""
     module = ModuleType(ONECCL_MODULE, "STAND-IN for Intel's oneCCL bindings; tests only, no oneCCL inside.")
     module.__file__ = str(_bindings_dir(xpu_loaded) / "__init__.py")
     module.STAND_IN = True  # type: ignore[attr-defined]
@@ -187,7 +195,8 @@ def stand_in_oneccl_module(xpu_loaded: bool = True) -> ModuleType:
 
 
 class _ImportModel(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports of IPEX and the oneCCL bindings as the profile's release behaves (R3, R12)."""
+    """Imports of IPEX and the oneCCL bindings as the profile's release behaves (rows oneccl_needs_ipex_first,
+    ipex_replaces_memory_calls)."""
 
     def __init__(self, sim: SimulatedXPU, ipex_installed: bool, oneccl_installed: bool) -> None:
         self.sim, self.ipex_installed, self.oneccl_installed = sim, ipex_installed, oneccl_installed
@@ -217,23 +226,30 @@ class _ImportModel(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class StrictNamespace:
-    """Forwards everything to a real torch module; records lightning_xpu's accesses that no table row models."""
+    """Forwards everything to a real torch module; records lightning_xpu's accesses that no table row models.
+    `build`: what lightning_xpu alone sees in place of the CPU build's answer (path -> value), for the questions
+    that tell an XPU build from a CPU one; torch itself keeps its CPU build's answers (torch._dynamo asks
+    `torch.xpu._is_compiled()` on import and would then reach for XPU functions this build lacks)."""
 
-    __slots__ = ("_strict_path", "_strict_real", "_strict_record")
+    __slots__ = ("_strict_build", "_strict_path", "_strict_real", "_strict_record")
 
-    def __init__(self, real: Any, path: str, record: list[str]) -> None:
+    def __init__(self, real: Any, path: str, record: list[str], build: dict[str, Any] | None = None) -> None:
         object.__setattr__(self, "_strict_real", real)
         object.__setattr__(self, "_strict_path", path)
         object.__setattr__(self, "_strict_record", record)
+        object.__setattr__(self, "_strict_build", build or {})
 
     def __getattr__(self, name: str) -> Any:
         path = f"{self._strict_path}.{name}"
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller.split(".")[0] == RUNTIME_PACKAGE and not is_modelled(path):
-            self._strict_record.append(path)
+        if caller.split(".")[0] == RUNTIME_PACKAGE:
+            if not is_modelled(path):
+                self._strict_record.append(path)
+            if path in self._strict_build:
+                return self._strict_build[path]
         value = getattr(self._strict_real, name)
         if isinstance(value, ModuleType):
-            return StrictNamespace(value, path, self._strict_record)
+            return StrictNamespace(value, path, self._strict_record, self._strict_build)
         return value
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -335,7 +351,7 @@ def simulate_xpu(
 
     def properties(device: Any = None) -> SimpleNamespace:
         lazy_init("get_device_properties")
-        if profile is not None:  # R6: the field always exists, 512 when the device does not report it
+        if profile is not None:  # row eu_count_default: the field always exists, 512 when the device does not report it
             eus = sim.eu_count if sim.eu_count is not None else profile.fact("eu_count_default")
             extra = {"gpu_eu_count": eus}
         else:
@@ -398,7 +414,7 @@ def simulate_xpu(
     patch.setattr(xpu, "set_rng_state_all", set_rng_state_all)
     patch.setattr(xpu, "Stream", StandInXPUStream if profile is None else stream_class)
     patch.setattr(xpu, "stream", stream)
-    # An XPU build with the Kineto/PTI tracer can profile XPU activity (R10).
+    # An XPU build with the Kineto/PTI tracer can profile XPU activity (row profiler_xpu_activity).
     supported = set(torch.profiler.supported_activities())
     if pti:
         supported.add(torch.profiler.ProfilerActivity.XPU)
@@ -430,7 +446,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     else:
         patch.delattr(xpu, "_device_count_zes", raising=False)
 
-    # R8 is_xccl_available; R7 Backend names and device_id rules.
+    # Rows is_xccl_available, backend_xccl_name and device_id_rule.
     xccl = profile.fact("is_xccl_available")
     if xccl == ABSENT:
         patch.delattr(dist, "is_xccl_available", raising=False)
@@ -450,7 +466,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
 
     patch.setattr(dist, "init_process_group", init_process_group)
 
-    # R4 ShardedGradScaler devices.
+    # Row sharded_scaler_xpu.
     from torch.distributed.fsdp import sharded_grad_scaler
 
     if not profile.fact("sharded_scaler_xpu"):
@@ -458,7 +474,14 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
         patch.setattr(sharded_grad_scaler, "_is_supported_device",
                       lambda tensor: tensor.device.type != "xpu" and real_check(tensor))
 
-    # R5 the TF32 switches of oneDNN.
+    # Rows version_xpu and xpu_is_compiled: what tells this XPU build from a CPU one.
+    if profile.fact("version_xpu") == ABSENT:
+        patch.delattr(torch.version, "xpu", raising=False)
+    else:
+        patch.setattr(torch.version, "xpu", SIMULATED_SYCL_VERSION, raising=False)
+    build = {"xpu._is_compiled": lambda: profile.fact("xpu_is_compiled")}  # seen by lightning_xpu only
+
+    # Rows onednn_allow_tf32 and onednn_fp32_precision_api: the TF32 switches of oneDNN.
     mkldnn_class = type(torch.backends.mkldnn)
     if profile.fact("onednn_allow_tf32") == ABSENT:
         patch.delattr(mkldnn_class, "allow_tf32", raising=False)
@@ -468,7 +491,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     if profile.fact("onednn_fp32_precision_api") == ABSENT:
         patch.delattr(mkldnn_class, "matmul", raising=False)
 
-    # R3/R12 the import order of IPEX and the oneCCL bindings.
+    # Rows oneccl_needs_ipex_first and ipex_replaces_memory_calls: the import order of IPEX and the bindings.
     model = _ImportModel(sim, ipex_installed=ipex, oneccl_installed=oneccl)
     for module in (ONECCL_MODULE, IPEX_MODULE):
         if module in sys.modules:
@@ -483,7 +506,7 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
     # The fork model, then the strict namespaces.
     patch.setattr(sys.modules[__name__], "_ACTIVE", [*_ACTIVE, sim])
     for attribute in ("xpu", "distributed", "backends"):
-        patch.setattr(torch, attribute, StrictNamespace(getattr(torch, attribute), attribute, sim.unmodelled))
+        patch.setattr(torch, attribute, StrictNamespace(getattr(torch, attribute), attribute, sim.unmodelled, build))
 
 
 # ---- launched ranks (tests/bootstrap/sitecustomize.py) ---------------------------------------------------------

@@ -2,9 +2,9 @@
 
 Call these only where XPU was asked for (`accelerator="xpu"`, the doctor, the validation job):
 `unusable_reason` asks `torch.xpu.is_available()`, which counts devices, and counting poisons fork on PyTorch
-2.5-2.11 (research table row 1, `torch/csrc/xpu/Module.cpp`). The causes themselves are read from the environment,
-`torch.version` and /dev/dri, in order: a non-xpu variant, a torch build without XPU, selector variables, then
-why Level Zero shows no device.
+2.5-2.12 (`torch/csrc/xpu/Module.cpp`; from 2.13 only where Level Zero Sysman counting fails). The causes themselves
+are read from the environment, torch's build (`model.is_xpu_build`) and /dev/dri, in order: a non-xpu variant, a
+torch build without XPU, selector variables, then why Level Zero shows no device.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_xpu.report.model import environment_variant
+from lightning_xpu.report.model import environment_variant, is_xpu_build
 
 DOCTOR_HINT = "Run `lightning-xpu doctor` for the full picture."
 HIERARCHIES = ("FLAT", "COMPOSITE", "COMBINED")
@@ -45,9 +45,9 @@ def static_reason(environ: Mapping[str, str] | None = None) -> str | None:
         return (f"the {variant} variant of lightning-xpu is loaded ({source}): its PyTorch cannot use Intel GPUs;"
                 " load the xpu variant (module lightning-xpu/<version> without a suffix, or"
                 " lightning-setup-<version>.sh).")
-    if not getattr(torch.version, "xpu", None):
+    if not is_xpu_build():
         build = "CUDA" if getattr(torch.version, "cuda", None) else "CPU"
-        return (f"PyTorch {torch.__version__} is a {build} build without XPU support (torch.version.xpu is None);"
+        return (f"PyTorch {torch.__version__} is a {build} build without XPU support (not compiled with XPU);"
                 " use an XPU build (the xpu variant of the install job).")
     selector = environ.get("ONEAPI_DEVICE_SELECTOR")
     if selector and _selector_hides_level_zero(selector):

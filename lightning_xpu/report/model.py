@@ -1,7 +1,7 @@
 """The report: checks (name, status, reason) plus every version involved, written as JSON and Markdown.
 
 Collecting versions reads package metadata and `torch.version`; it never counts XPU devices (counting poisons
-fork on PyTorch 2.5-2.11): device facts enter a report only where the caller asked for XPU and passes them in.
+fork on PyTorch 2.5-2.12): device facts enter a report only where the caller asked for XPU and passes them in.
 """
 
 from __future__ import annotations
@@ -160,13 +160,26 @@ def environment_variant() -> tuple[str | None, str]:
     return None, "not in a lightning-xpu install (no module or setup script loaded)"
 
 
+def is_xpu_build() -> bool:
+    """Whether the installed torch was compiled with XPU (imports torch, counts nothing). `torch.version.xpu` says
+    so from 2.6 on; 2.5.1 has no such attribute (added by pytorch/pytorch#139466), so there the compiled-in flag
+    answers (`torch.xpu._is_compiled()`, torch/xpu/__init__.py@v2.5.1)."""
+    import torch
+
+    if hasattr(torch.version, "xpu"):
+        return bool(torch.version.xpu)
+    is_compiled = getattr(torch.xpu, "_is_compiled", None)
+    return bool(is_compiled is not None and is_compiled())
+
+
 def torch_build() -> dict[str, str | None]:
     """torch's version and build flavour, from `torch.version` (imports torch, counts nothing)."""
     import torch
 
     xpu = getattr(torch.version, "xpu", None)
     cuda = getattr(torch.version, "cuda", None)
-    build = "xpu" if xpu else ("cuda" if cuda else ("rocm" if getattr(torch.version, "hip", None) else "cpu"))
+    build = "xpu" if is_xpu_build() else ("cuda" if cuda else ("rocm" if getattr(torch.version, "hip", None) else
+                                                                "cpu"))
     return {"torch": torch.__version__, "torch_build": build, "torch_xpu_runtime": xpu, "torch_cuda": cuda,
             "torch_git": getattr(torch.version, "git_version", None)}
 

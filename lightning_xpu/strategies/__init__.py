@@ -3,7 +3,7 @@
 Every wrapper lets Lightning's method run untouched unless the strategy's root device is an XPU (or, for barrier
 and broadcast, the process group runs on an XPU backend):
 - backend.py        process-group backend: xccl, else ccl (oneCCL bindings), else a clear error
-- process_group.py  set_device and oneCCL's local rank before init; which strategies bind `device_id`
+- process_group.py  set_device and oneCCL's local rank before init; no XPU `device_id` binding
 - collectives.py    barrier with the rank's device; objects over a gloo side group on ccl
 - ddp_module.py     the DDP wrapper built on an XPU stream instead of `torch.cuda.Stream`
 - device_mesh.py    FSDP's tuple `device_mesh` built on "xpu" instead of "cuda"
@@ -25,7 +25,7 @@ from lightning_xpu.strategies.collectives import barrier_with_device, broadcast_
 from lightning_xpu.strategies.ddp_module import on_xpu_stream
 from lightning_xpu.strategies.device_mesh import mesh_on_xpu
 from lightning_xpu.strategies.fork_guard import refuse_fork_after_xpu_init
-from lightning_xpu.strategies.process_group import around_process_group_init, device_id_rule
+from lightning_xpu.strategies.process_group import around_process_group_init, unbind_xpu_device
 
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -37,7 +37,6 @@ class StrategyPatch:
     module: str  # relative to the namespace's Trainer or Fabric package
     cls: str
     process_group_init: str  # the method that calls `_init_dist_connection`
-    keeps_device_id: bool  # on XCCL (see process_group.py)
     ddp_module: tuple[str, str] | None = None  # (method building DDP, method giving its device ids)
     fsdp_kwargs: str | None = None  # attribute holding FSDP arguments, where a tuple `device_mesh` may wait
 
@@ -58,17 +57,16 @@ class StrategyPatch:
 
 
 PYTORCH_STRATEGIES = (
-    StrategyPatch("strategies.ddp", "DDPStrategy", "setup_distributed", keeps_device_id=True,
+    StrategyPatch("strategies.ddp", "DDPStrategy", "setup_distributed",
                   ddp_module=("_setup_model", "determine_ddp_device_ids")),
-    StrategyPatch("strategies.fsdp", "FSDPStrategy", "setup_environment", keeps_device_id=False, fsdp_kwargs="kwargs"),
-    StrategyPatch("strategies.model_parallel", "ModelParallelStrategy", "_setup_distributed", keeps_device_id=False),
+    StrategyPatch("strategies.fsdp", "FSDPStrategy", "setup_environment", fsdp_kwargs="kwargs"),
+    StrategyPatch("strategies.model_parallel", "ModelParallelStrategy", "_setup_distributed"),
 )
 FABRIC_STRATEGIES = (
-    StrategyPatch("strategies.ddp", "DDPStrategy", "_setup_distributed", keeps_device_id=True,
+    StrategyPatch("strategies.ddp", "DDPStrategy", "_setup_distributed",
                   ddp_module=("setup_module", "_determine_ddp_device_ids")),
-    StrategyPatch("strategies.fsdp", "FSDPStrategy", "_setup_distributed", keeps_device_id=False,
-                  fsdp_kwargs="_fsdp_kwargs"),
-    StrategyPatch("strategies.model_parallel", "ModelParallelStrategy", "_setup_distributed", keeps_device_id=False),
+    StrategyPatch("strategies.fsdp", "FSDPStrategy", "_setup_distributed", fsdp_kwargs="_fsdp_kwargs"),
+    StrategyPatch("strategies.model_parallel", "ModelParallelStrategy", "_setup_distributed"),
 )
 
 
@@ -92,7 +90,7 @@ def _apply(package: str, patches: tuple[StrategyPatch, ...]) -> None:
                 owner = f"{package}.{patch.module}" + ("" if name == "_init_dist_connection" else f".{patch.cls}")
                 record(owner, name, False, f"{package}.{patch.module}.{patch.cls} does not exist in this Lightning")
             continue
-        wrap(module, "_init_dist_connection", device_id_rule(patch.keeps_device_id))
+        wrap(module, "_init_dist_connection", unbind_xpu_device)
         for name, wrappers in patch.method_wrappers().items():
             wrap(cls, name, _compose(wrappers))
 

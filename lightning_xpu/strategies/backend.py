@@ -36,7 +36,7 @@ IPEX_MODULE = "intel_extension_for_pytorch"
 
 
 def xccl_available() -> bool:
-    is_available = getattr(torch.distributed, "is_xccl_available", None)  # absent before PyTorch 2.7
+    is_available = getattr(torch.distributed, "is_xccl_available", None)  # absent before PyTorch 2.6
     return bool(is_available is not None and is_available())
 
 

@@ -3,7 +3,7 @@
 Before forking, Lightning checks only CUDA (`_check_bad_cuda_fork`). A child forked after the XPU runtime started,
 or after torch merely counted the XPUs through the runtime, is in a "bad fork": torch raises "Cannot re-initialize
 XPU in forked subprocess" at its first XPU call (torch/xpu/__init__.py `_lazy_init`; the count registers the fork
-handler in torch/csrc/xpu/Module.cpp). Counting always does this on PyTorch 2.5-2.11; from 2.13 it does not when
+handler in torch/csrc/xpu/Module.cpp). Counting always does this on PyTorch 2.5-2.12; from 2.13 it does not when
 Level Zero Sysman counting works (`torch.xpu._device_count_zes()`, through the `pyzes` package). The connector and
 the accelerator count devices while the Trainer/Fabric is built, so where counting poisons fork, forking for XPU
 is refused with one line naming the strategies that work.

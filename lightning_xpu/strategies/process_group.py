@@ -10,11 +10,14 @@ Around the strategy method that calls `_init_dist_connection` (on XPU only):
   an explicit `process_group_backend="ccl"`.
 - after: the gloo group for objects on ccl (see collectives.py).
 
-`device_id`: Lightning >= 2.5.5 binds the process group to the root device. Kept for DDP on XCCL, so barriers and
-object collectives find the device. Dropped for the mesh-based strategies (FSDP, ModelParallel): on XCCL a bound
-group makes DeviceMesh split it, and ProcessGroupXCCL cannot split (pytorch#186548). Dropped on oneCCL's "ccl":
-its PyTorch (<= 2.7) accepted only CUDA devices there until XCCL arrived (pytorch#143735), and nothing needs the
-binding (barriers pass device ids, objects go over gloo).
+`device_id`: Lightning >= 2.5.5 binds the process group to the root device; on XPU it is dropped, for every
+strategy. On XCCL a bound group makes DeviceMesh split it for each mesh dimension (PyTorch 2.12+:
+torch/distributed/device_mesh.py@v2.12.0 gates the split on `torch.accelerator.is_available()`, earlier releases on
+CUDA), and ProcessGroupXCCL cannot split (no `supportsSplitting` in intel/torch-xpu-ops release/2.12-2.14;
+pytorch#186548): FSDP's and ModelParallel's meshes, and a user's `init_device_mesh` under DDP, would fail. On
+oneCCL's "ccl", its PyTorch (<= 2.7) accepted only CUDA devices there (pytorch#143735). Nothing needs the binding:
+barriers pass the rank's device (collectives.py), object collectives use the current device, which is set before
+the group is created.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 
 from lightning_xpu.device import is_xpu_device
-from lightning_xpu.strategies.backend import CCL, XCCL, import_oneccl_bindings
+from lightning_xpu.strategies.backend import CCL, import_oneccl_bindings
 from lightning_xpu.strategies.collectives import open_object_group
 
 
@@ -54,17 +57,13 @@ def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any
     return setup
 
 
-def device_id_rule(keep_on_xccl: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Wraps a strategy module's `_init_dist_connection(cluster_environment, backend, ..., device_id=...)`: drops
-    an XPU `device_id` unless this strategy keeps it (DDP) and the backend is XCCL."""
+def unbind_xpu_device(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wraps a strategy module's `_init_dist_connection(cluster_environment, backend, ..., device_id=...)`: drops an
+    XPU `device_id` (see the module docstring)."""
 
-    def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def _init_dist_connection(*args: Any, **kwargs: Any) -> Any:
-            backend = args[1] if len(args) > 1 else kwargs.get("torch_distributed_backend")
-            if is_xpu_device(kwargs.get("device_id")) and not (keep_on_xccl and backend == XCCL):
-                kwargs.pop("device_id")
-            return original(*args, **kwargs)
+    def _init_dist_connection(*args: Any, **kwargs: Any) -> Any:
+        if is_xpu_device(kwargs.get("device_id")):
+            kwargs.pop("device_id")
+        return original(*args, **kwargs)
 
-        return _init_dist_connection
-
-    return make
+    return _init_dist_connection

@@ -1,5 +1,6 @@
-"""The fact table (tests/xpu_profiles.py), its 2.13 rows against the torch installed here, the strictness of the
-simulation, and representative runtime paths on every profile of the grid (newest Lightning only, see conftest)."""
+"""The fact table (tests/xpu_profiles.py): every supported release builds a profile, its 2.13 rows against the torch
+installed here, the strictness of the simulation, representative runtime paths on every profile of the grid and the
+process-group setup on every supported release (newest Lightning only, see conftest)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tomllib
 import torch
+from packaging.version import Version
 
 import lightning_xpu
 from lightning_xpu._namespaces import LIGHTNING
@@ -20,8 +23,13 @@ from lightning_xpu.strategies.fork_guard import fork_refusal
 from tests.xpu_profiles import (
     ABSENT,
     FACTS,
+    MATRIX,
     MODELLED,
+    NEWEST_PROFILE,
+    NEWEST_READ,
     PROFILE_GRID,
+    SUPPORTED_RELEASES,
+    TABLE_RELEASES,
     Profile,
     UnknownFact,
     check_device_id,
@@ -44,21 +52,52 @@ def test_every_row_names_its_source_and_no_two_rows_of_a_fact_overlap() -> None:
     for row in FACTS:
         assert "@" in row.source, f"{row.name} {row.versions}: the source names file@tag"
         assert row.verified or row.note, f"{row.name} {row.versions}: an unverified row says what is inferred"
+        assert "shared/" not in row.source, f"{row.name}: cite the upstream source, not a research note"
     for name in fact_names():
-        for version in (*PROFILE_GRID, "2.6", "2.9", "2.14", "2.15"):
+        for version in TABLE_RELEASES:
             covering = [row for row in FACTS if row.name == name and row.covers(version)]
             assert len(covering) <= 1, f"{name} has overlapping rows at {version}"
 
 
+def test_every_supported_release_and_every_release_read_builds_a_profile() -> None:
+    """The supported releases are recipes/matrix.toml's; each must build from the table (issue 18), and so must
+    every release the rows were read from, so a release added to the matrix later is ready."""
+    assert SUPPORTED_RELEASES and set(SUPPORTED_RELEASES) <= set(TABLE_RELEASES), (
+        f"recipes/matrix.toml supports {SUPPORTED_RELEASES}, the table was read for {TABLE_RELEASES}")
+    failures = []
+    for version in TABLE_RELEASES:
+        try:
+            Profile(version)
+        except UnknownFact as gap:
+            failures.append(str(gap))
+    assert failures == []
+
+
+def test_the_matrix_backend_of_each_release_is_the_one_the_table_gives() -> None:
+    matrix = tomllib.loads(MATRIX.read_text())["versions"]
+    for version in SUPPORTED_RELEASES:
+        expected = "xccl" if fact("is_xccl_available", version) is True else "ccl"
+        assert matrix[version]["backend"]["name"] == expected, version
+
+
 def test_a_release_without_a_row_is_refused_naming_the_gap() -> None:
-    with pytest.raises(UnknownFact, match=r"count_poisons_fork.*2\.12.*add one with its source"):
-        Profile("2.12")  # 2.12 was not read; the table says nothing about it rather than guess
+    major, minor = Version(TABLE_RELEASES[0]).release[:2]
+    with pytest.raises(UnknownFact, match=rf"no single row .* at torch {major}\.{minor - 1} .*add one with its source"):
+        Profile(f"{major}.{minor - 1}")  # older than any row: the table says nothing rather than guess
+    major, minor = Version(NEWEST_READ).release[:2]
+    with pytest.raises(UnknownFact, match=rf"newer than any release the table was read from \({NEWEST_READ}\)"):
+        Profile(f"{major}.{minor + 1}")  # open-ended rows must not speak for a release nobody read
 
 
-def test_the_grid_holds_one_release_of_each_era() -> None:
+def test_the_grid_is_the_oldest_the_last_ccl_the_first_xccl_and_the_newest_release() -> None:
+    assert PROFILE_GRID[0] == SUPPORTED_RELEASES[0] and PROFILE_GRID[-1] == NEWEST_PROFILE == SUPPORTED_RELEASES[-1]
+    xccl = [fact("is_xccl_available", version) is True for version in SUPPORTED_RELEASES]
+    switch = xccl.index(True)
+    assert SUPPORTED_RELEASES[switch - 1] in PROFILE_GRID and SUPPORTED_RELEASES[switch] in PROFILE_GRID
+    assert len(PROFILE_GRID) == len(set(PROFILE_GRID)) <= 4
     eras = {(fact("is_xccl_available", v), fact("device_id_rule", v), fact("onednn_fp32_precision_api", v))
             for v in PROFILE_GRID}
-    assert len(eras) == len(PROFILE_GRID)
+    assert len(eras) == len(PROFILE_GRID)  # each grid release stands for a different behaviour era
 
 
 def test_the_grid_runs_on_the_newest_lightning_venv_only(tmp_path: Path) -> None:
@@ -200,7 +239,7 @@ def test_an_unmodelled_runtime_access_is_recorded(simulated_xpu) -> None:
 
 @pytest.fixture(autouse=True)
 def _rank(request: pytest.FixtureRequest) -> None:
-    if "xpu_profile" in request.fixturenames:
+    if {"xpu_profile", "every_xpu_profile"} & set(request.fixturenames):
         request.getfixturevalue("rank_zero_only_rank")
 
 
@@ -210,13 +249,21 @@ def profile_stack(simulated_xpu, version: str, **kwargs):
     return simulated_xpu(torch=version, oneccl=needs_ccl, ipex=needs_ccl, **kwargs)
 
 
-def test_ddp_process_group_on_each_profile(simulated_xpu, recorded_process_group, xpu_profile: str) -> None:
-    sim = profile_stack(simulated_xpu, xpu_profile)
+def test_ddp_process_group_and_a_users_mesh_on_every_profile(simulated_xpu, recorded_process_group,
+                                                             every_xpu_profile: str) -> None:
+    """The DDP process group on each supported release, and a user's 2-D `init_device_mesh` over it (as in
+    `configure_model`): from 2.12 DeviceMesh splits a group bound to a device, which XCCL cannot do (row
+    mesh_splits_bound_group), so the group must not be bound."""
+    sim = profile_stack(simulated_xpu, every_xpu_profile)
     pg = recorded_process_group(sim.events)
+    from torch.distributed.device_mesh import init_device_mesh  # the recorded one
     trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy="ddp", logger=False)
     trainer.strategy.setup_environment()  # device_id passes the release's rules (checked by recorded_process_group)
-    assert pg.backend == ("xccl" if fact("is_xccl_available", xpu_profile) is True else "ccl")
+    assert pg.backend == ("xccl" if fact("is_xccl_available", every_xpu_profile) is True else "ccl")
     assert torch.device("xpu", 0) in sim.set_device_calls
+    init_device_mesh("xpu", (1, 2), mesh_dim_names=("replicate", "shard"))
+    assert [mesh.mesh_shape for mesh in pg.meshes] == [(1, 2)]
+    assert not sim.unmodelled
 
 
 def test_trainer_precision_rng_memory_profiler_and_mfu_on_each_profile(simulated_xpu, xpu_profile: str) -> None:
@@ -270,14 +317,14 @@ def test_fsdp_device_mesh_on_each_profile(simulated_xpu, recorded_process_group,
     assert pg.init_kwargs.get("device_id") is None
 
 
-@pytest.mark.parametrize(("version", "fails"), [("2.8", False), ("2.13", True)])
-def test_a_mesh_over_a_bound_xccl_group_fails_from_2_13(simulated_xpu, version: str, fails: bool) -> None:
+def test_a_mesh_over_a_bound_xccl_group_splits_where_the_table_says(simulated_xpu, every_xpu_profile: str) -> None:
     from tests.xpu_simulation import check_init_device_mesh
 
-    simulated_xpu(torch=version)
-    check_init_device_mesh(None, "xccl")  # an unbound group is always fine
-    if fails:
+    simulated_xpu(torch=every_xpu_profile)
+    check_init_device_mesh(None, "xccl", (1, 2))  # an unbound group is always fine
+    check_init_device_mesh(XPU0, "xccl", (2,))  # a 1-D mesh over every rank reuses the default group
+    if fact("mesh_splits_bound_group", every_xpu_profile):
         with pytest.raises(RuntimeError, match="does not support splitting"):
-            check_init_device_mesh(XPU0, "xccl")
+            check_init_device_mesh(XPU0, "xccl", (1, 2))
     else:
-        check_init_device_mesh(XPU0, "xccl")
+        check_init_device_mesh(XPU0, "xccl", (1, 2))

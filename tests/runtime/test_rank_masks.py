@@ -30,7 +30,7 @@ from lightning_xpu.environments.launch import LaunchMismatch
 from lightning_xpu.strategies.fork_guard import counting_poisons_fork
 from tests.runtime import launches
 from tests.runtime.test_launch_refusals import TARGETS, _keep_rank_zero, build  # noqa: F401  (a fixture)
-from tests.xpu_profiles import PROFILE_GRID, TILES_PER_CARD, Profile
+from tests.xpu_profiles import NEWEST_PROFILE, TILES_PER_CARD, Profile
 from tests.xpu_simulation import bootstrap_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,7 +202,7 @@ def test_twelve_masked_pals_ranks_train_with_auto_and_twelve(tmp_path: Path, new
             "PYTHONWARNINGS": "ignore"}
     for name in ("ZE_AFFINITY_MASK", "CCL_PROCESS_LAUNCHER", "LIGHTNING_XPU_DEBUG"):
         base.pop(name, None)
-    env = bootstrap_env(Profile(PROFILE_GRID[-1], pyzes=True), base, devices=NODE_TILES)
+    env = bootstrap_env(Profile(NEWEST_PROFILE, pyzes=True), base, devices=NODE_TILES)
     command = [sys.executable, str(REPO / "tests" / "pals_standin.py"), "--pmi=pmix", "-n", str(RANKS), "--ppn",
                str(RANKS), str(wrapper), sys.executable, str(REPO / "tests" / "runtime" / "masked_rank.py"), str(out)]
     started = time.monotonic()

@@ -19,6 +19,7 @@ import torch
 
 from lightning_xpu.environments.errors import DeviceError
 from lightning_xpu.report import diagnose
+from tests.xpu_profiles import ABSENT, ALL_PROFILES, fact
 
 
 def build(api: str, accelerator: str = "xpu") -> None:
@@ -191,3 +192,25 @@ def test_uncaught_the_error_is_one_line_on_stderr(tmp_path: Path, newest_lightni
     assert len(lines) == 1 and lines[0].startswith("DeviceError: XPU cannot be used: PyTorch "), shown.stderr
     assert lines[0].endswith(diagnose.DOCTOR_HINT)
     assert "Traceback (most recent call last)" in debug.stderr and lines[0].split(": ", 1)[1] in debug.stderr
+
+
+# Releases whose XPU builds have no `torch.version.xpu` (row version_xpu of tests/xpu_profiles.py: 2.5.1).
+WITHOUT_VERSION_XPU = [version for version in ALL_PROFILES if fact("version_xpu", version) == ABSENT]
+
+
+@pytest.mark.parametrize("version", WITHOUT_VERSION_XPU)
+def test_an_xpu_build_without_torch_version_xpu_is_not_called_a_cpu_build(version, simulated_xpu, monkeypatch,
+                                                                          tmp_path) -> None:
+    """torch 2.5.1 has no `torch.version.xpu` (pytorch#139466): its XPU build is told apart otherwise, so a node
+    without GPUs is diagnosed as such, and the doctor reports an xpu build."""
+    from lightning_xpu.report.model import torch_build
+
+    sim = simulated_xpu(torch=version, devices=0)
+    for name in ("LIGHTNING_XPU_VARIANT", "LIGHTNING_XPU_ROOT", "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR",
+                 "ZE_FLAT_DEVICE_HIERARCHY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(diagnose, "RENDER_NODES", str(tmp_path / "renderD*"))
+    assert not hasattr(torch.version, "xpu")
+    assert "no Intel GPU on this host" in (diagnose.unusable_reason() or "")
+    assert torch_build()["torch_build"] == "xpu"
+    assert not sim.unmodelled
