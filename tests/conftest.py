@@ -91,8 +91,15 @@ def simulated_xpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sim
 @pytest.fixture
 def rank_zero_only_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     """Give Lightning's rank-zero helpers a rank for the test (a Trainer built where Slurm is installed warns)."""
+    import importlib.util
+
     from lightning_utilities.core.rank_zero import rank_zero_only
 
+    # Lightning sets the rank when its rank_zero module is first imported: import it before patching, so undoing
+    # the patch restores that rank instead of deleting the attribute under later tests.
+    for name in ("lightning.fabric.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            importlib.import_module(name)
     monkeypatch.setattr(rank_zero_only, "rank", getattr(rank_zero_only, "rank", 0), raising=False)
 
 
