@@ -1,115 +1,30 @@
-"""What binds a hashed pip lock (recipes/locks/<ver>-<variant>.txt) to the recipe it was resolved from.
-
-Standard library only, no relative import: the renderer imports it (`check`, `render`, `lock`) and the install
-engine runs it by path on the Python the job already has, before anything is installed:
-
-    python3 recipes/lxpu_recipes/lockbind.py --lock LOCK --python X.Y -- REQUIREMENT...
-
-exits 0 (silent) when LOCK was made from exactly these requirements, else 1 with one line on stderr naming the
-lock and the fix (2: bad arguments). A lock binds when:
-- its `# inputs-sha256:` header is the hash of `python==X.Y` and the requirements, in order (`inputs_hash`);
-- every `name==version` requirement is the version the lock holds (`torch==2.13.0+cpu` is `torch==2.13.0+cpu`);
-- `lightning`, `pytorch-lightning` and `lightning-fabric`, where the lock holds them, are one version (one
-  Lightning release ships all three; `lightning` requires `pytorch-lightning` unpinned, so a resolver can mix
-  them, and each namespace would then run another Lightning).
-"""
+"""The rule that binds a lock to its recipe lives with the install engine, which runs it at install time from the
+repository the job installs from: scripts/common/install/lockbind.py (standard library only). The renderer loads
+that one file by path, so `check`, `render`, `lock` and the install apply the same rule."""
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import re
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
-HASH_LINE = re.compile(r"^# inputs-sha256: ([0-9a-f]{64})$", re.MULTILINE)
-RECIPE_LINE = "# recipe: "
-_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
-# The packages of one Lightning release (each also a namespace users import).
-LIGHTNING_PACKAGES = ("lightning", "pytorch-lightning", "lightning-fabric")
+LOCKBIND_PY = Path(__file__).resolve().parents[2] / "scripts" / "common" / "install" / "lockbind.py"
 
 
-def canonical(name: str) -> str:
-    """PEP 503 name normalisation (packaging.utils.canonicalize_name, without packaging)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_lxpu_lockbind", LOCKBIND_PY)
+    assert spec is not None and spec.loader is not None, LOCKBIND_PY
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def inputs_hash(python: str, requirements: list[str]) -> str:
-    """What a lock was resolved from: the recipe's Python version and its requirements, in order."""
-    text = "\n".join([f"python=={python}", *requirements])
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def header_lines(python: str, requirements: list[str]) -> list[str]:
-    """The lines a lock records its recipe with: the pins in words, and their hash (the binding one)."""
-    return [
-        f"{RECIPE_LINE}python=={python} {' '.join(requirements)}",
-        f"# inputs-sha256: {inputs_hash(python, requirements)}",
-    ]
-
-
-def entries(text: str) -> dict[str, str]:
-    """{canonical name: version} of a lock's pinned entries."""
-    return {canonical(name): version for name, version in _ENTRY.findall(text)}
-
-
-def lightning_mismatch(held: dict[str, str]) -> str:
-    """One phrase when a lock holds Lightning's packages at different versions, else ""."""
-    versions = {name: held[name] for name in LIGHTNING_PACKAGES if name in held}
-    if len(set(versions.values())) <= 1:
-        return ""
-    listed = ", ".join(f"{name} {version}" for name, version in versions.items())
-    return f"it holds {listed}: Lightning's packages must be one release"
-
-
-def problem(text: str, python: str, requirements: list[str]) -> str:
-    """Why a lock with content `text` does not bind to (python, requirements); "" when it does."""
-    held = entries(text)
-    for requirement in requirements:
-        name, sep, version = requirement.partition("==")
-        if sep and held.get(canonical(name), version) != version:
-            return f"it holds {canonical(name)} {held[canonical(name)]}, the recipe pins {requirement}"
-    mixed = lightning_mismatch(held)
-    if mixed:
-        return mixed
-    recorded = HASH_LINE.search(text)
-    if recorded is None:
-        return "it records no recipe (no '# inputs-sha256:' line)"
-    if recorded[1] != inputs_hash(python, requirements):
-        return "it was made from other recipe pins (its inputs-sha256 differs)"
-    return ""
-
-
-def check_file(lock: Path, python: str, requirements: list[str]) -> str:
-    """One line naming `lock` and the fix when it does not bind, else ""."""
-    try:
-        text = lock.read_text()
-    except OSError as exc:
-        return f"{lock}: unreadable ({exc.strerror}): restore it, or lock again (python recipes/render.py lock)"
-    why = problem(text, python, requirements)
-    if not why:
-        return ""
-    return (
-        f"{lock}: not the lock of this recipe: {why}; lock again (python recipes/render.py lock), then "
-        "python recipes/render.py render --all"
-    )
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="lockbind.py",
-        description="Exit 0 when LOCK was made from exactly these recipe pins, else 1 with one line on stderr.",
-    )
-    parser.add_argument("--lock", type=Path, required=True, help="the hashed pip lock")
-    parser.add_argument("--python", required=True, metavar="X.Y", help="the recipe's Python version")
-    parser.add_argument("requirements", nargs="*", help="the recipe's requirements, in order (after --)")
-    args = parser.parse_args(argv)
-    line = check_file(args.lock, args.python, args.requirements)
-    if line:
-        print(line, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+_RULE = _load()
+HASH_LINE = _RULE.HASH_LINE
+RECIPE_LINE: str = _RULE.RECIPE_LINE
+LIGHTNING_PACKAGES: tuple[str, ...] = _RULE.LIGHTNING_PACKAGES
+header_lines = _RULE.header_lines
+lightning_mismatch = _RULE.lightning_mismatch
+problem = _RULE.problem

@@ -128,3 +128,18 @@ def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, f"{old!r} not in {path}"
     path.write_text(text.replace(old, new, 1))
+
+
+# Roles the tests use instead of naming a version or a site (derived from the data, so adding, retiring or
+# locking a version changes no test): the locked version, another version, and sites by what they have.
+_LOADED = load_recipes(RECIPES)
+MINOR = locked(_LOADED)[0]
+_MINORS = list(_LOADED.matrix.versions)
+OTHER = _MINORS[_MINORS.index(MINOR) - 1] if _MINORS.index(MINOR) > 0 else _MINORS[-1]
+PLAIN_SITE = plain_site(_LOADED)
+MODULE_SITE = next(name for name, site in _LOADED.sites.items() if site.modules)
+# A version that loads every module of MODULE_SITE (the oneAPI rule leaves none out).
+MODULE_MINOR = next(
+    minor for minor, v in _LOADED.matrix.versions.items() if not _LOADED.sites[MODULE_SITE].modules_for(v)[1]
+)
+PBS_SITE = next(name for name, site in _LOADED.sites.items() if site.scheduler == "pbs")

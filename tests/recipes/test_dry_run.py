@@ -18,7 +18,21 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from recipe_helpers import LMOD_INIT, REPO, Recipes, Rendered, bash, edit, require, run_render
+from recipe_helpers import (
+    LMOD_INIT,
+    MINOR,
+    PLAIN_SITE,
+    REPO,
+    Recipes,
+    Rendered,
+    bash,
+    edit,
+    load_recipes,
+    require,
+    run_render,
+)
+
+PYTHON = load_recipes(REPO / "recipes").matrix.version(MINOR).python
 
 STAND_IN = "-- TEST STAND-IN for a site module ({name}); not a real one.\n{body}"
 
@@ -29,8 +43,8 @@ def _dry_run(job: Path, *args: str, env: dict[str, str] | None = None) -> tuple[
 
 
 def test_dry_run_prints_pins_sources_manager_and_modules(recipes: Recipes, tmp_path: Path) -> None:
-    version = recipes.matrix.version("2.13")
-    job = REPO / "scripts/generic/install_lightning_2.13.sh"
+    version = recipes.matrix.version(MINOR)
+    job = REPO / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh"
     code, out = _dry_run(job, "--variant", "cpu", "--pip-source", "system", "--prefix", f'"{tmp_path / "p"}"')
     assert code == 0, out
     pins = " ".join(version.variants["cpu"].requirements())
@@ -38,7 +52,7 @@ def test_dry_run_prints_pins_sources_manager_and_modules(recipes: Recipes, tmp_p
     assert f"\npins:        {pins}, with every dependency from the lock: " in out
     assert f"\nbuild tools: {tools} (from the lock, sha256-checked)\n" in out
     assert "\nsources:     system; lock " in out
-    assert "\nenvironment: venv (site generic's default), Python 3.11 (" in out
+    assert f"\nenvironment: venv (site {PLAIN_SITE}'s default), Python {PYTHON} (" in out
     assert "\nmodule:      none to load\n" in out
     package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert f"/lightning_xpu-{package}-py3-none-any.whl\n" in out and "<version>" not in out
@@ -56,21 +70,21 @@ def test_dry_run_prints_pins_sources_manager_and_modules(recipes: Recipes, tmp_p
 
 
 def _site_with_modules(temp_repo: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
-    """The generic 2.13 job of a site that names a site module and a Python module; a module tree holding
-    both (the Python module puts a python3.11 of its own first on PATH); an environment without Lmod loaded."""
+    """The plain site's job of the locked version, made to name a site module and a Python module; a module tree holding
+    both (the Python module puts a python3.X of its own first on PATH); an environment without Lmod loaded."""
     edit(
-        temp_repo / "recipes/sites/generic.toml",
+        temp_repo / f"recipes/sites/{PLAIN_SITE}.toml",
         "modules = []\n",
         'modules = ["lxpu-test/site"]\npython_module = "lxpu-test/python"\n',
     )
     out = temp_repo / "out"
-    done = run_render("render", "--torch", "2.13", "--site", "generic", "--out", str(out), repo=temp_repo)
+    done = run_render("render", "--torch", MINOR, "--site", PLAIN_SITE, "--out", str(out), repo=temp_repo)
     assert done.returncode == 0, done.stderr
     python_dir = tmp_path / "python from a module"
     python_dir.mkdir()
-    real = shutil.which("python3.11")
-    assert real, "python3.11 is needed on PATH"
-    (python_dir / "python3.11").symlink_to(real)
+    real = shutil.which(f"python{PYTHON}")
+    assert real, f"python{PYTHON} is needed on PATH"
+    (python_dir / f"python{PYTHON}").symlink_to(real)
     modules = tmp_path / "modules"
     (modules / "lxpu-test").mkdir(parents=True)
     (modules / "lxpu-test/site.lua").write_text(STAND_IN.format(name="site", body=""))
@@ -82,7 +96,7 @@ def _site_with_modules(temp_repo: Path, tmp_path: Path) -> tuple[Path, Path, dic
         if not k.startswith(("LMOD", "MODULE", "_ModuleTable", "BASH_FUNC"))
     }
     env["MODULEPATH"] = str(modules)
-    return out / "scripts/generic/install_lightning_2.13.sh", python_dir, env
+    return out / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh", python_dir, env
 
 
 def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Path) -> None:
@@ -94,7 +108,7 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
     assert code == 0, out
     assert "\nmodule:      lxpu-test/site: loaded (site module)\n" in out
     assert "\nmodule:      lxpu-test/python: loaded (Python module)\n" in out
-    assert f"\nenvironment: venv (site generic's default), Python 3.11 ({python_dir}/python3.11)\n" in out
+    assert f"\nenvironment: venv (site {PLAIN_SITE}'s default), Python {PYTHON} ({python_dir}/python{PYTHON})\n" in out
 
     (tmp_path / "modules/lxpu-test/site.lua").unlink()
     code, out = _dry_run(
@@ -108,8 +122,8 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
     real = bash(f'bash "{job}" --variant cpu --source "{REPO}" --prefix "{tmp_path / "p"}"', env)
     assert real.returncode == 2 and real.stdout == ""
     assert real.stderr == (
-        "install_lightning_2.13.sh: error: site module lxpu-test/site does not exist here (module avail "
-        "lxpu-test/site): run on a machine of site generic, or change recipes/sites/generic.toml\n"
+        f"install_lightning_{MINOR}.sh: error: site module lxpu-test/site does not exist here (module avail "
+        f"lxpu-test/site): run on a machine of site {PLAIN_SITE}, or change recipes/sites/{PLAIN_SITE}.toml\n"
     )
     assert not (tmp_path / "p").exists()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_install import FakeInstall, add_shared_code, make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, MODULEFILE_BODY, REPO, Rendered, bash, require
+from recipe_helpers import LMOD_INIT, MINOR, MODULEFILE_BODY, OTHER, PLAIN_SITE, REPO, Rendered, bash, require
 
 pytestmark = pytest.mark.lmod
 
@@ -125,34 +125,34 @@ def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_pa
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     modulefiles = tmp_path / "pre fix/modulefiles/lightning-xpu"
     modulefiles.mkdir(parents=True)
-    modulefiles.joinpath("2.13-cpu.lua").write_text(rendered.text("modulefiles/lightning-xpu/2.13-cpu.lua"))
+    modulefiles.joinpath(f"{MINOR}-cpu.lua").write_text(rendered.text(f"modulefiles/lightning-xpu/{MINOR}-cpu.lua"))
     add_shared_code(tmp_path / "pre fix")
     script = (
         f'source "{LMOD_INIT}"; module use "{tmp_path}/pre fix/modulefiles"; '
-        "module load lightning-xpu/2.13-cpu"
+        f"module load lightning-xpu/{MINOR}-cpu"
     )
     done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     message = " ".join(done.stderr.split())
-    assert f"lightning-xpu/2.13-cpu: no environment at '{tmp_path}/pre fix/2.13-cpu'" in message
-    assert f"run install_lightning_2.13.sh --variant cpu --prefix '{tmp_path}/pre fix'" in message
+    assert f"lightning-xpu/{MINOR}-cpu: no environment at '{tmp_path}/pre fix/{MINOR}-cpu'" in message
+    assert f"run install_lightning_{MINOR}.sh --variant cpu --prefix '{tmp_path}/pre fix'" in message
 
 
 def test_one_family_at_a_time(rendered: Rendered, recipes: Recipes, tmp_path: Path) -> None:
     """Loading a second lightning-xpu module swaps out the first (family), and the environment follows."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "prefix"
-    first = make_install(rendered, prefix, "2.13-cpu", "generic", False)
-    second = make_install(rendered, prefix, "2.12-cpu", "generic", False)
+    first = make_install(rendered, prefix, f"{MINOR}-cpu", PLAIN_SITE, False)
+    second = make_install(rendered, prefix, f"{OTHER}-cpu", PLAIN_SITE, False)
     script = (
-        f'source "{LMOD_INIT}"; module use "{prefix}/modulefiles"; module load lightning-xpu/2.13-cpu; '
-        'module load lightning-xpu/2.12-cpu 2>/dev/null; echo "$LIGHTNING_XPU_ROOT|$PATH"; module -t list'
+        f'source "{LMOD_INIT}"; module use "{prefix}/modulefiles"; module load lightning-xpu/{MINOR}-cpu; '
+        f'module load lightning-xpu/{OTHER}-cpu 2>/dev/null; echo "$LIGHTNING_XPU_ROOT|$PATH"; module -t list'
     )
     done = bash(script, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     root, path = done.stdout.splitlines()[0].split("|")
     assert root == str(second.build)
     assert f"{second.build}/bin" in path.split(":") and f"{first.build}/bin" not in path.split(":")
-    assert "lightning-xpu/2.13-cpu" not in done.stderr
+    assert f"lightning-xpu/{MINOR}-cpu" not in done.stderr
 
 
 def _lmod(script: str, home: Path) -> tuple[str, str]:
@@ -162,23 +162,24 @@ def _lmod(script: str, home: Path) -> tuple[str, str]:
 
 
 def test_a_version_without_its_variant_loads_nothing(rendered: Rendered, tmp_path: Path) -> None:
-    """Lmod 8.6 matches `lightning-xpu/2.13` to `2.13-cpu` by prefix: the variant guard refuses it."""
+    """Lmod 8.6 matches `lightning-xpu/<minor>` to `<minor>-cpu` by prefix: the variant guard refuses it."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    make_install(rendered, prefix, f"{MINOR}-cpu", PLAIN_SITE, False)
     out, err = _lmod(
         f'module use "{prefix}/modulefiles"\n'
-        'module load lightning-xpu/2.13; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"; module -t list 2>&1\n'
-        'module load lightning-xpu/2.13-cpu; echo "exact=${LIGHTNING_XPU_ROOT:-none}"',
+        f'module load lightning-xpu/{MINOR}; echo "status=$? root=${{LIGHTNING_XPU_ROOT:-none}}"; module -t list 2>&1\n'
+        f'module load lightning-xpu/{MINOR}-cpu; echo "exact=${{LIGHTNING_XPU_ROOT:-none}}"',
         tmp_path,
     )
     assert "status=1 root=none" in out, (out, err)
     assert "No modules loaded" in out, out
-    assert ("lightning-xpu/2.13 is not installed: Lmod matched it to lightning-xpu/2.13-cpu (cpu), which is not"
-            " what you asked for. Load it by its exact name, module load lightning-xpu/2.13-cpu, or install 2.13."
-            " Installed variants of 2.13: lightning-xpu/2.13-cpu") in err, err
-    # The exact name still loads, pinned to the build <prefix>/2.13-cpu points to.
-    assert f"exact={(prefix / '2.13-cpu').resolve()}" in out, (out, err)
+    assert (f"lightning-xpu/{MINOR} is not installed: Lmod matched it to lightning-xpu/{MINOR}-cpu (cpu), which is"
+            f" not what you asked for. Load it by its exact name, module load lightning-xpu/{MINOR}-cpu, or install"
+            f" {MINOR}."
+            f" Installed variants of {MINOR}: lightning-xpu/{MINOR}-cpu") in err, err
+    # The exact name still loads, pinned to the build <prefix>/<minor>-cpu points to.
+    assert f"exact={(prefix / f'{MINOR}-cpu').resolve()}" in out, (out, err)
 
 
 def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: Path) -> None:
@@ -188,7 +189,7 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
     (clone / "recipes/templates").mkdir(parents=True)
     (clone / "recipes/templates/modulefile.lua.j2").write_text("")  # what marks a repository
     (clone / "modulefiles/lightning-xpu").mkdir(parents=True)
-    for name in (".modulerc.lua", "2.13-cpu.lua", "2.14.lua"):
+    for name in (".modulerc.lua", f"{MINOR}-cpu.lua", f"{OTHER}.lua"):
         path = f"modulefiles/lightning-xpu/{name}"
         (clone / path).write_text(rendered.text(path))
         assert (REPO / path).read_text() == rendered.text(path), f"{path} is not rendered: run render.py render"
@@ -197,14 +198,14 @@ def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: 
         f'module use "{clone}/modulefiles"\n'
         'echo "avail=[$(module -t avail lightning-xpu 2>&1)]"\n'
         'module load lightning-xpu; echo "versionless=$?"\n'
-        'module load lightning-xpu/2.13-cpu; echo "full=$? root=${LIGHTNING_XPU_ROOT:-none}"',
+        f'module load lightning-xpu/{MINOR}-cpu; echo "full=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
         tmp_path,
     )
     assert "avail=[]" in out, out  # nothing offered, no default marked
     assert "versionless=1" in out and "full=1 root=none" in out, (out, err)
-    assert (f"lightning-xpu/2.13-cpu: this is the repository's copy of the modulefile"
-            f" ('{clone}/modulefiles/lightning-xpu/2.13-cpu.lua'), a template with no environment behind it."
-            f" Install it: bash '{clone}/scripts/<site>/install_lightning_2.13.sh' --variant cpu"
+    assert (f"lightning-xpu/{MINOR}-cpu: this is the repository's copy of the modulefile"
+            f" ('{clone}/modulefiles/lightning-xpu/{MINOR}-cpu.lua'), a template with no environment behind it."
+            f" Install it: bash '{clone}/scripts/<site>/install_lightning_{MINOR}.sh' --variant cpu"
             " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'") in err, err
 
 
@@ -212,8 +213,8 @@ def test_the_modulefile_body_is_no_module(rendered: Rendered, tmp_path: Path) ->
     """An install prefix has no .modulerc.lua: Lmod offers the tags, never the body next to them."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
-    make_install(rendered, prefix, "2.12", "generic", False)
+    make_install(rendered, prefix, f"{MINOR}-cpu", PLAIN_SITE, False)
+    make_install(rendered, prefix, OTHER, PLAIN_SITE, False)
     assert (prefix / MODULEFILE_BODY).is_file()
     body_module = "lightning-xpu/" + Path(MODULEFILE_BODY).stem
     out, err = _lmod(
@@ -222,7 +223,8 @@ def test_the_modulefile_body_is_no_module(rendered: Rendered, tmp_path: Path) ->
         f'module load {body_module}; echo "body=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
         tmp_path,
     )
-    assert "avail=[lightning-xpu/2.12 lightning-xpu/2.13-cpu ]" in out, (out, err)
+    listed = " ".join(sorted([f"lightning-xpu/{OTHER}", f"lightning-xpu/{MINOR}-cpu"]))  # sort's C order
+    assert f"avail=[{listed} ]" in out, (out, err)
     # Lmod hides a dot file but loads it by its name: the body then says what it is.
     assert "body=1 root=none" in out, (out, err)
     assert (f"{prefix}/{MODULEFILE_BODY} is the code behind the lightning-xpu modulefiles, not a module:"
@@ -234,7 +236,7 @@ def test_a_modulefile_of_another_body_contract_says_what_to_rerun(rendered: Rend
     another checkout wrote the body since) stops with one line naming the install job to rerun."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    make_install(rendered, prefix, f"{MINOR}-cpu", PLAIN_SITE, False)
     body = prefix / MODULEFILE_BODY
     contract = re.search(r"^local CONTRACT = (\d+)$", body.read_text(), re.MULTILINE)
     assert contract is not None
@@ -242,13 +244,13 @@ def test_a_modulefile_of_another_body_contract_says_what_to_rerun(rendered: Rend
     body.write_text(body.read_text().replace(contract[0], f"local CONTRACT = {newer}"))
     out, err = _lmod(
         f'module use "{prefix}/modulefiles"\n'
-        'module load lightning-xpu/2.13-cpu; echo "status=$? root=${LIGHTNING_XPU_ROOT:-none}"',
+        f'module load lightning-xpu/{MINOR}-cpu; echo "status=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
         tmp_path,
     )
     assert "status=1 root=none" in out, (out, err)
-    assert (f"lightning-xpu/2.13-cpu: this modulefile was rendered for modulefile body contract {contract[1]}, but"
+    assert (f"lightning-xpu/{MINOR}-cpu: this modulefile was rendered for modulefile body contract {contract[1]}, but"
             f" the body next to it ('{prefix}/modulefiles/lightning-xpu/.lightning-xpu.lua') has contract {newer}"
-            " (an install from another checkout wrote it): rerun install_lightning_2.13.sh --variant cpu"
+            f" (an install from another checkout wrote it): rerun install_lightning_{MINOR}.sh --variant cpu"
             f" --prefix '{prefix}' from the checkout that installed the other versions here") in err, err
     assert err.count("Lmod has detected the following error") == 1, err
 
@@ -256,14 +258,14 @@ def test_a_modulefile_of_another_body_contract_says_what_to_rerun(rendered: Rend
 def test_a_missing_body_says_what_to_rerun(rendered: Rendered, tmp_path: Path) -> None:
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, "2.13-cpu", "generic", False)
+    make_install(rendered, prefix, f"{MINOR}-cpu", PLAIN_SITE, False)
     (prefix / MODULEFILE_BODY).unlink()
     out, err = _lmod(
-        f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/2.13-cpu; echo "status=$?"', tmp_path
+        f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/{MINOR}-cpu; echo "status=$?"', tmp_path
     )
     assert "status=1" in out, (out, err)
-    assert (f"lightning-xpu/2.13-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
-            f" rerun install_lightning_2.13.sh --variant cpu --prefix '{prefix}'") in err, err
+    assert (f"lightning-xpu/{MINOR}-cpu: the modulefile body '{prefix}/{MODULEFILE_BODY}' is missing or unreadable:"
+            f" rerun install_lightning_{MINOR}.sh --variant cpu --prefix '{prefix}'") in err, err
 
 
 def test_a_legacy_recipe_says_so_once_per_load(rendered: Rendered, tmp_path: Path) -> None:
@@ -276,8 +278,8 @@ def test_a_legacy_recipe_says_so_once_per_load(rendered: Rendered, tmp_path: Pat
     assert legacy and newest is not None and not matrix.legacy_line(newest)
     prefix = tmp_path / "pre fix"
     old, new = legacy[0].tag("xpu"), newest.tag("xpu")
-    make_install(rendered, prefix, old, "generic", False)
-    make_install(rendered, prefix, new, "generic", False)
+    make_install(rendered, prefix, old, PLAIN_SITE, False)
+    make_install(rendered, prefix, new, PLAIN_SITE, False)
     line = matrix.legacy_line(legacy[0])
     assert f"PyTorch {newest.minor} recipe" in line
     for name in matrix.discontinued:
@@ -298,7 +300,7 @@ def test_a_body_with_a_lua_error_shows_the_error(rendered: Rendered, tmp_path: P
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     tag = next(iter(TAGS))
     prefix = tmp_path / "pre fix"
-    make_install(rendered, prefix, tag, "generic", False)
+    make_install(rendered, prefix, tag, PLAIN_SITE, False)
     body = prefix / MODULEFILE_BODY
     body.write_text(body.read_text() + "\nthis is not lua\n")
     out, err = _lmod(f'module use "{prefix}/modulefiles"\nmodule load lightning-xpu/{tag}; echo "status=$?"', tmp_path)

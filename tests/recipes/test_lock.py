@@ -1,6 +1,6 @@
 """Hashed pip locks: each committed lock is well formed and binds to its recipe; `lock` says on one line what it
 could not lock and why (an unreachable source here is a closed loopback port and a missing file:// path); `check`,
-`render` and the install-time check (recipes/lxpu_recipes/lockbind.py) refuse a lock that is not its recipe's:
+`render` and the install-time check (scripts/common/install/lockbind.py) refuse a lock that is not its recipe's:
 other pins (issue 19 'Why' 1: the recipe moved to another Lightning and the lock was not made again), mixed
 Lightning packages ('Why' 2), or no record of its recipe; `lock --header-only` rewrites the record offline where
 the lock holds the recipe's pins. Versions come from the data (the first committed lock), never named here."""
@@ -25,7 +25,7 @@ LOADED = load_recipes(RECIPES)
 MINOR, VARIANT = locked(LOADED)
 VERSION = LOADED.matrix.version(MINOR)
 LOCK = f"recipes/locks/{MINOR}-{VARIANT}.txt"
-LOCKBIND = RECIPES / "lxpu_recipes/lockbind.py"
+LOCKBIND = RECIPES.parent / "scripts/common/install/lockbind.py"
 
 
 def _pins_block(minor: str) -> str:

@@ -14,7 +14,13 @@ from lxpu_recipes import cli
 from lxpu_recipes.recipes import Recipes
 from recipe_helpers import (
     ENGINE,
+    MINOR,
+    MODULE_MINOR,
+    MODULE_SITE,
     MODULEFILE_BODY,
+    OTHER,
+    PBS_SITE,
+    PLAIN_SITE,
     RECIPES,
     REPO,
     Rendered,
@@ -22,6 +28,7 @@ from recipe_helpers import (
     bash,
     cases,
     edit,
+    load_recipes,
     locked,
     plain_site,
     require,
@@ -121,12 +128,19 @@ def test_install_job_layout(rendered: Rendered, recipes: Recipes) -> None:
             assert not shared, f"engine lines in the job: {shared[:3]}"
 
 
-def test_dawn_and_aurora_headers(rendered: Rendered) -> None:
-    dawn = rendered.text("scripts/dawn/install_lightning_2.7.sh")
-    assert "#SBATCH --partition=pvc9\n" in dawn and "#SBATCH --gres=gpu:1\n" in dawn
-    aurora = rendered.text("scripts/aurora/install_lightning_2.13.sh")
-    assert "#PBS -N lxpu-install-2.13\n" in aurora and "#PBS -l select=1\n" in aurora
-    assert "#SBATCH" not in aurora
+def test_job_directives_are_the_sites(rendered: Rendered, recipes: Recipes) -> None:
+    """Each install job carries exactly its site's directives (the job name, then common and install), with the
+    prefix of the site's scheduler family and of no other."""
+    prefixes = {"slurm": "#SBATCH ", "pbs": "#PBS "}
+    for site in recipes.sites.values():
+        for minor in recipes.matrix.versions:
+            lines = rendered.text(f"scripts/{site.name}/install_lightning_{minor}.sh").splitlines()
+            for family, prefix in prefixes.items():
+                got = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+                headers = site.headers.get(family)
+                wanted = [*headers.common, *headers.install] if headers else []
+                named = ("--job-name=", "--output=", "-N ")  # the job's name and log, from the template
+                assert [d for d in got if not d.startswith(named)] == wanted, (site.name, minor, got)
 
 
 CONTRACT_NAMES = {
@@ -202,13 +216,14 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
     assert parts[11] == "hash-ok\n"
 
 
-def test_engine_data_accessors_reject_unknown_variants(rendered: Rendered) -> None:
-    data = _data_part(rendered.text("scripts/dawn/install_lightning_2.7.sh"))
+def test_engine_data_accessors_reject_unknown_variants(rendered: Rendered, recipes: Recipes) -> None:
+    version = next(iter(recipes.matrix.versions.values()))
+    data = _data_part(rendered.text(f"scripts/{MODULE_SITE}/install_lightning_{version.minor}.sh"))
     for call in ("lxpu_requirements rocm", "lxpu_tag 'x; y'", "lxpu_python_version ''"):
         done = bash(data + f'source "{REPO / ENGINE}"\n' + call + "\n")
         assert done.returncode == 1, call
         assert done.stderr.startswith("lightning-xpu engine: the job sets no LXPU_"), done.stderr
-        assert done.stderr.strip().endswith("; the job has: xpu cpu cuda)")
+        assert done.stderr.strip().endswith(f"; the job has: {' '.join(version.variants)})")
 
 
 def test_site_env_lines_only(rendered: Rendered, recipes: Recipes) -> None:
@@ -216,10 +231,10 @@ def test_site_env_lines_only(rendered: Rendered, recipes: Recipes) -> None:
         lines = rendered.text(f"envs/{site.name}/lightning-xpu-site.sh").splitlines()
         assert len(lines) == len(site.env)
         assert all(EXPORT_LINE.match(line) for line in lines), lines
-    dawn = rendered.text("envs/dawn/lightning-xpu-site.sh")
-    assert 'export ZE_FLAT_DEVICE_HIERARCHY="${ZE_FLAT_DEVICE_HIERARCHY:-FLAT}"\n' in dawn
-    assert rendered.text("envs/dawn/lightning-xpu-site-modules.txt") == "rhel9/default-dawn\n"
-    assert rendered.text("envs/aurora/lightning-xpu-site-modules.txt") == ""
+        for setting in site.env:
+            assert f'export {setting.name}="${{{setting.name}:-{setting.value}}}"' in lines
+        modules = rendered.text(f"envs/{site.name}/lightning-xpu-site-modules.txt")
+        assert modules == "".join(f"{name}\n" for name in site.modules)
 
 
 def test_committed_renders_match_the_recipes() -> None:
@@ -242,23 +257,26 @@ def test_check_never_touches_the_network(
 
 
 def test_check_fails_after_a_deliberate_edit(temp_repo: Path) -> None:
-    install = temp_repo / "scripts/dawn/install_lightning_2.7.sh"
-    edit(install, "LXPU_SITE=dawn", "LXPU_SITE=dawn-edited")
-    (temp_repo / "modulefiles/lightning-xpu/2.8-cpu.lua").unlink()
-    (temp_repo / "scripts/aurora/install_lightning_2.9.sh").chmod(0o644)
-    (temp_repo / "scripts/generic/install_lightning_1.0.sh").write_text("#!/usr/bin/env bash\n")
+    edited = f"scripts/{MODULE_SITE}/install_lightning_{MODULE_MINOR}.sh"
+    edit(temp_repo / edited, f"LXPU_SITE={MODULE_SITE}", f"LXPU_SITE={MODULE_SITE}-edited")
+    missing = f"modulefiles/lightning-xpu/{OTHER}-cpu.lua"
+    (temp_repo / missing).unlink()
+    mode = f"scripts/{PBS_SITE}/install_lightning_{MINOR}.sh"
+    (temp_repo / mode).chmod(0o644)
+    stale = f"scripts/{PLAIN_SITE}/install_lightning_1.0.sh"
+    (temp_repo / stale).write_text("#!/usr/bin/env bash\n")
     done = run_render("check", repo=temp_repo)
     assert done.returncode == 1
-    assert done.stdout.splitlines() == [
-        "drift: modulefiles/lightning-xpu/2.8-cpu.lua: missing (not rendered into the repository)",
-        "drift: scripts/aurora/install_lightning_2.9.sh: executable bit differs from a fresh render",
-        "drift: scripts/dawn/install_lightning_2.7.sh: differs from a fresh render",
-        "drift: scripts/generic/install_lightning_1.0.sh: stale (no recipe renders it any more)",
-    ]
+    assert sorted(done.stdout.splitlines()) == sorted([
+        f"drift: {missing}: missing (not rendered into the repository)",
+        f"drift: {mode}: executable bit differs from a fresh render",
+        f"drift: {edited}: differs from a fresh render",
+        f"drift: {stale}: stale (no recipe renders it any more)",
+    ])
     assert "4 drifted file(s)" in done.stderr
     fixed = run_render("render", "--all", repo=temp_repo)
     assert fixed.returncode == 0, fixed.stderr
-    assert "removed scripts/generic/install_lightning_1.0.sh" in fixed.stdout
+    assert f"removed {stale}" in fixed.stdout
     assert run_render("check", repo=temp_repo).returncode == 0
     again = run_render("render", "--all", repo=temp_repo)
     assert again.stdout.splitlines()[-1].endswith("(0 updated, 0 removed)")
@@ -280,22 +298,22 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
         assert (temp_repo / f"scripts/{site}/install_lightning_2.99.sh").is_file()
     for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
         assert (temp_repo / f"modulefiles/lightning-xpu/{tag}.lua").is_file()
-    install = (temp_repo / "scripts/generic/install_lightning_2.99.sh").read_text()
+    install = (temp_repo / f"scripts/{PLAIN_SITE}/install_lightning_2.99.sh").read_text()
     pins = re.search(r"^LXPU_REQUIREMENTS_xpu=\((.*)\)$", install, re.MULTILINE)
     assert pins and pins[1].split()[0] == "torch==2.99.0+xpu" and f"lightning=={newest.lightning}" in pins[1]
     out = temp_repo / "out"
-    full = run_render("render", "--torch", "2.99", "--site", "generic", "--out", str(out), repo=temp_repo)
+    full = run_render("render", "--torch", "2.99", "--site", PLAIN_SITE, "--out", str(out), repo=temp_repo)
     assert full.returncode == 0, full.stderr
     produced = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    expected = ["envs/generic/lightning-xpu-site-modules.txt", "envs/generic/lightning-xpu-site.sh"]
+    expected = [f"envs/{PLAIN_SITE}/lightning-xpu-site-modules.txt", f"envs/{PLAIN_SITE}/lightning-xpu-site.sh"]
     for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
         expected += [
-            f"envs/generic/{tag}/{name}"
+            f"envs/{PLAIN_SITE}/{tag}/{name}"
             for name in ("environment.yml", f"lightning-setup-{tag}.sh", "requirements.txt")
         ]
         expected.append(f"modulefiles/lightning-xpu/{tag}.lua")
         expected.append(f"scripts/common/setup/lightning-setup-{tag}.sh")
-    expected += ["scripts/generic/install_lightning_2.99.sh"]
+    expected += [f"scripts/{PLAIN_SITE}/install_lightning_2.99.sh"]
     expected.append("modulefiles/lightning-xpu/.modulerc.lua")  # hides the rendered modulefiles (templates)
     assert produced == sorted(expected)
     assert (out / "modulefiles/lightning-xpu/.modulerc.lua").read_text().count("hide_version(") == 3
@@ -312,14 +330,14 @@ def test_job_sources_the_engine_and_refuses_another_contract(temp_repo: Path) ->
         f"LXPU_ENGINE_CONTRACT={contract[1]}\n"
         'lxpu_main() { local a=(x y); echo "${#a[@]} $LXPU_VERSION $LXPU_TAG_cpu from $LXPU_SOURCE: $*"; }\n'
     )
-    job = temp_repo / "scripts/generic/install_lightning_2.13.sh"
+    job = temp_repo / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh"
     ran = subprocess.run(["bash", str(job), "--dry-run"], capture_output=True, text=True, check=False)
-    assert ran.stdout == f"2 2.13 2.13-cpu from {temp_repo.resolve()}: --dry-run\n", ran.stderr
+    assert ran.stdout == f"2 {MINOR} {MINOR}-cpu from {temp_repo.resolve()}: --dry-run\n", ran.stderr
     edit(engine, f"LXPU_ENGINE_CONTRACT={contract[1]}", "LXPU_ENGINE_CONTRACT=999")
     ran = subprocess.run(["bash", str(job)], capture_output=True, text=True, check=False)
     assert ran.returncode == 2 and ran.stdout == ""
     assert ran.stderr == (
-        f"install_lightning_2.13.sh: error: {temp_repo.resolve()}/{ENGINE} has contract 999, this job was "
+        f"install_lightning_{MINOR}.sh: error: {temp_repo.resolve()}/{ENGINE} has contract 999, this job was "
         f"rendered for {contract[1]}: run the job of the same checkout, or re-render it "
         "(python recipes/render.py render --all)\n"
     )
@@ -337,42 +355,43 @@ def _recipe_hash(repo: Path, minor: str, site: str) -> str:
 
 
 def test_recipe_hash_follows_its_inputs(temp_repo: Path) -> None:
-    before = {(m, s): _recipe_hash(temp_repo, m, s) for m in ("2.7", "2.13") for s in ("dawn", "generic")}
-    edit(
-        temp_repo / "recipes/matrix.toml",
-        'notes = "IPEX 2.7.10+xpu is built',
-        'notes = "IPEX 2.7.10+xpu (edited) is built',
-    )
-    edit(temp_repo / "recipes/sites/dawn.toml", '"--time=01:00:00"', '"--time=02:00:00"')
+    changed, same = OTHER, MINOR  # a version entry edited, one not
+    site, plain = MODULE_SITE, PLAIN_SITE  # a site file edited, one not
+    recipes = load_recipes(temp_repo / "recipes")
+    before = {(m, s): _recipe_hash(temp_repo, m, s) for m in (changed, same) for s in (site, plain)}
+    released = f'[versions."{changed}"]\nreleased = "{recipes.matrix.version(changed).released}"'
+    edit(temp_repo / "recipes/matrix.toml", released, released.replace('released = "', 'released = "(edited) '))
+    description = f'description = "{recipes.sites[site].description}"'
+    edit(temp_repo / f"recipes/sites/{site}.toml", description, description.replace('= "', '= "(edited) '))
     assert run_render("render", "--all", repo=temp_repo).returncode == 0
     after = {key: _recipe_hash(temp_repo, *key) for key in before}
-    assert after[("2.7", "dawn")] != before[("2.7", "dawn")]
-    assert after[("2.7", "generic")] != before[("2.7", "generic")]  # matrix entry 2.7 changed
-    assert after[("2.13", "dawn")] != before[("2.13", "dawn")]  # site dawn changed
-    assert after[("2.13", "generic")] == before[("2.13", "generic")]  # neither changed
+    assert after[(changed, site)] != before[(changed, site)]
+    assert after[(changed, plain)] != before[(changed, plain)]  # its matrix entry changed
+    assert after[(same, site)] != before[(same, site)]  # its site changed
+    assert after[(same, plain)] == before[(same, plain)]  # neither changed
     edit(temp_repo / "recipes/templates/install_lightning.sh.j2", "# No account", "# (edited) No account")
     assert run_render("render", "--all", repo=temp_repo).returncode == 0
-    assert _recipe_hash(temp_repo, "2.13", "generic") != before[("2.13", "generic")]
+    assert _recipe_hash(temp_repo, same, plain) != before[(same, plain)]
 
 
 def test_site_overrides_package_sources(temp_repo: Path) -> None:
-    site = temp_repo / "recipes/sites/generic.toml"
+    site = temp_repo / f"recipes/sites/{PLAIN_SITE}.toml"
     site.write_text(
         site.read_text() + '\n[sources]\npytorch-xpu = "https://mirror.invalid/whl/xpu"\n'
         'pypi = "file:///srv/wheelhouse/simple"\n'
     )
     out = temp_repo / "out"
-    done = run_render("render", "--torch", "2.13", "--site", "generic", "--out", str(out), repo=temp_repo)
+    done = run_render("render", "--torch", MINOR, "--site", PLAIN_SITE, "--out", str(out), repo=temp_repo)
     assert done.returncode == 0, done.stderr
-    install = (out / "scripts/generic/install_lightning_2.13.sh").read_text()
+    install = (out / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh").read_text()
     assert (
         "LXPU_PIP_SOURCES_xpu=(--index-url https://mirror.invalid/whl/xpu "
         "--extra-index-url file:///srv/wheelhouse/simple)\n" in install
     )
-    yml = (out / "envs/generic/2.13/environment.yml").read_text()
+    yml = (out / f"envs/{PLAIN_SITE}/{MINOR}/environment.yml").read_text()
     assert '  - "https://mirror.invalid/whl/xpu"\n  - "file:///srv/wheelhouse/simple"\n' in yml
     assert "allow-pypi-requests: false\n" in yml
-    untouched = (REPO / "scripts/dawn/install_lightning_2.13.sh").read_text()
+    untouched = (REPO / f"scripts/{MODULE_SITE}/install_lightning_{MINOR}.sh").read_text()
     assert "LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu " in untouched
 
 

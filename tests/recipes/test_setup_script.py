@@ -12,7 +12,20 @@ from pathlib import Path
 import pytest
 from fake_install import add_shared_code, make_install, make_stand_ins
 from lxpu_recipes.recipes import Recipes, load_recipes
-from recipe_helpers import LMOD_INIT, REPO, SETUP_LIBRARY_NAME, Rendered, bash, require
+from recipe_helpers import (
+    LMOD_INIT,
+    MINOR,
+    MODULE_MINOR,
+    MODULE_SITE,
+    OTHER,
+    PBS_SITE,
+    PLAIN_SITE,
+    REPO,
+    SETUP_LIBRARY_NAME,
+    Rendered,
+    bash,
+    require,
+)
 
 _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)
@@ -69,13 +82,13 @@ def test_setup_script_twice_under_nounset(
 
 
 def test_user_values_win_and_relocation_works(rendered: Rendered, tmp_path: Path) -> None:
-    install = make_install(rendered, tmp_path / "first place", "2.7", "dawn", True)
+    install = make_install(rendered, tmp_path / "first place", MODULE_MINOR, MODULE_SITE, True)
     moved = tmp_path / "moved elsewhere"
     shutil.move(install.prefix, moved)
     done = _bash(
         f'source "$SETUP"; {PRINT}',
         tmp_path,
-        SETUP=str(moved / "lightning-setup-2.7.sh"),
+        SETUP=str(moved / f"lightning-setup-{MODULE_MINOR}.sh"),
         NAMES="LIGHTNING_XPU_ROOT CCL_ATL_TRANSPORT ZE_FLAT_DEVICE_HIERARCHY",
         CCL_ATL_TRANSPORT="mine",
     )
@@ -88,20 +101,20 @@ def test_user_values_win_and_relocation_works(rendered: Rendered, tmp_path: Path
 
 
 def test_switching_versions_replaces_the_old_bin(rendered: Rendered, tmp_path: Path) -> None:
-    first = make_install(rendered, tmp_path / "p", "2.13-cpu", "generic", False)
-    second = make_install(rendered, tmp_path / "p", "2.12-cpu", "generic", False)
+    first = make_install(rendered, tmp_path / "p", f"{MINOR}-cpu", PLAIN_SITE, False)
+    second = make_install(rendered, tmp_path / "p", f"{OTHER}-cpu", PLAIN_SITE, False)
     done = _bash(
         'source "$A"; source "$B"; echo "$PATH"',
         tmp_path,
-        A=str(first.prefix / "lightning-setup-2.13-cpu.sh"),
-        B=str(second.prefix / "lightning-setup-2.12-cpu.sh"),
+        A=str(first.prefix / f"lightning-setup-{MINOR}-cpu.sh"),
+        B=str(second.prefix / f"lightning-setup-{OTHER}-cpu.sh"),
     )
     assert done.stdout.strip() == f"{second.build}/bin:/usr/bin:/bin"
 
 
 def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rendered, tmp_path: Path) -> None:
-    setup = tmp_path / "lightning-setup-2.13-cpu.sh"
-    setup.write_text(rendered.text("envs/generic/2.13-cpu/lightning-setup-2.13-cpu.sh"))
+    setup = tmp_path / f"lightning-setup-{MINOR}-cpu.sh"
+    setup.write_text(rendered.text(f"envs/{PLAIN_SITE}/{MINOR}-cpu/lightning-setup-{MINOR}-cpu.sh"))
     add_shared_code(tmp_path)
     done = _bash(
         'source "$SETUP" || echo "returned $?"; echo "${LIGHTNING_XPU_ROOT:-unset}"',
@@ -110,18 +123,18 @@ def test_missing_environment_returns_an_error_and_keeps_the_shell(rendered: Rend
     )
     assert done.stdout.splitlines() == ["returned 1", "unset"]
     assert done.stderr.strip() == (
-        f"lightning-setup-2.13-cpu.sh: no complete environment at {tmp_path}/2.13-cpu: run "
-        f"install_lightning_2.13.sh --variant cpu --prefix {tmp_path}"
+        f"lightning-setup-{MINOR}-cpu.sh: no complete environment at {tmp_path}/{MINOR}-cpu: run "
+        f"install_lightning_{MINOR}.sh --variant cpu --prefix {tmp_path}"
     )
 
 
 def test_running_instead_of_sourcing_is_refused(rendered: Rendered, tmp_path: Path) -> None:
-    setup = tmp_path / "lightning-setup-2.7.sh"
-    setup.write_text(rendered.text("envs/dawn/2.7/lightning-setup-2.7.sh"))
+    setup = tmp_path / f"lightning-setup-{MODULE_MINOR}.sh"
+    setup.write_text(rendered.text(f"envs/{MODULE_SITE}/{MODULE_MINOR}/lightning-setup-{MODULE_MINOR}.sh"))
     add_shared_code(tmp_path)
     done = subprocess.run(["bash", str(setup)], capture_output=True, text=True, check=False)
     assert done.returncode == 1
-    assert done.stderr == f"lightning-setup-2.7.sh: source this file (source {setup}), do not run it\n"
+    assert done.stderr == f"lightning-setup-{MODULE_MINOR}.sh: source this file (source {setup}), do not run it\n"
 
 
 def test_the_shared_library_missing_or_of_another_contract_says_what_to_rerun(
@@ -129,7 +142,7 @@ def test_the_shared_library_missing_or_of_another_contract_says_what_to_rerun(
 ) -> None:
     """One library serves every setup script of a prefix: missing, or written by an install of another
     checkout (another contract), sourcing a setup script returns 1 with one line naming the install job."""
-    install = make_install(rendered, tmp_path / "pre fix", "2.13-cpu", "generic", False)
+    install = make_install(rendered, tmp_path / "pre fix", f"{MINOR}-cpu", PLAIN_SITE, False)
     library = install.prefix / SETUP_LIBRARY_NAME
     text = library.read_text()
     contract = re.search(r"^  local contract=(\d+)$", text, re.MULTILINE)
@@ -137,26 +150,28 @@ def test_the_shared_library_missing_or_of_another_contract_says_what_to_rerun(
     newer = int(contract[1]) + 1
     library.write_text(text.replace(contract[0], f"  local contract={newer}"))
     script = 'set -u; cd /; source "$SETUP" || echo "returned $?"; echo "${LIGHTNING_XPU_ROOT:-unset}"; declare -F'
-    setup = str(install.prefix / "lightning-setup-2.13-cpu.sh")
+    setup = str(install.prefix / f"lightning-setup-{MINOR}-cpu.sh")
     done = _bash(script, tmp_path, SETUP=setup)
     assert done.stdout.splitlines() == ["returned 1", "unset"]  # no function left behind either
     assert done.stderr == (
-        f"lightning-setup-2.13-cpu.sh: this setup script was rendered for setup library contract {contract[1]}, but"
+        f"lightning-setup-{MINOR}-cpu.sh: this setup script was rendered for setup library contract {contract[1]}, but"
         f" {library} has contract {newer} (an install from another checkout wrote it): rerun"
-        f" install_lightning_2.13.sh --variant cpu --prefix {install.prefix} from the checkout that installed the"
+        f" install_lightning_{MINOR}.sh --variant cpu --prefix {install.prefix} from the checkout that installed the"
         " other versions here\n"
     )
     library.unlink()
     done = _bash(script, tmp_path, SETUP=setup)
     assert done.stdout.splitlines() == ["returned 1", "unset"]
     assert done.stderr == (
-        f"lightning-setup-2.13-cpu.sh: {SETUP_LIBRARY_NAME} is missing next to it: rerun install_lightning_2.13.sh"
-        f" --variant cpu --prefix {install.prefix} (it writes the library)\n"
+        f"lightning-setup-{MINOR}-cpu.sh: {SETUP_LIBRARY_NAME} is missing next to it: rerun "
+        f"install_lightning_{MINOR}.sh --variant cpu --prefix {install.prefix} (it writes the library)\n"
     )
 
 
 @pytest.mark.lmod
-@pytest.mark.parametrize(("tag", "site"), [("2.7", "dawn"), ("2.13-cpu", "aurora"), ("2.10-cuda", "generic")])
+@pytest.mark.parametrize(
+    ("tag", "site"), [(MODULE_MINOR, MODULE_SITE), (f"{MINOR}-cpu", PBS_SITE), (f"{OTHER}-cuda", PLAIN_SITE)]
+)
 def test_setup_script_gives_the_module_environment(
     rendered: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str
 ) -> None:

@@ -574,7 +574,7 @@ _lxpu_validate_repository() {
 		# A lock made from other recipe pins would install another stack than the job says (issue 19).
 		local pins=()
 		mapfile -t pins < <(lxpu_requirements "$_lxpu_variant")
-		value="$(python3 -I "$_lxpu_source/recipes/lxpu_recipes/lockbind.py" --lock "$_lxpu_lock_path" \
+		value="$(python3 -I "$_lxpu_source/scripts/common/install/lockbind.py" --lock "$_lxpu_lock_path" \
 			--python "$(lxpu_python_version "$_lxpu_variant")" -- "${pins[@]}" 2>&1)" || _lxpu_bad_input "$value"
 	fi
 	_lxpu_resolve_pip_sources
