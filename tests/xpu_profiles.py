@@ -352,9 +352,12 @@ def releases_between(oldest: str, newest: str) -> tuple[str, ...]:
 
 # Every supported release (a selection of launch tests runs on each: the `every_xpu_profile` fixture) and the grid
 # the XPU unit tests run on (the `xpu_profile` fixture), both on the newest Lightning only (tests/conftest.py).
-SUPPORTED_RELEASES = ALL_PROFILES = supported_releases()
-NEWEST_PROFILE = SUPPORTED_RELEASES[-1]
-PROFILE_GRID = profile_grid(SUPPORTED_RELEASES)
+# A release the matrix supports but nobody read yet (newer than NEWEST_READ) gets no profile: the simulation never
+# speaks for it. tests/runtime/test_profiles.py fails until its rows are read; the recipes stage stays usable.
+SUPPORTED_RELEASES = supported_releases()
+ALL_PROFILES = tuple(version for version in SUPPORTED_RELEASES if Version(version) <= Version(NEWEST_READ))
+NEWEST_PROFILE = ALL_PROFILES[-1]
+PROFILE_GRID = profile_grid(ALL_PROFILES)
 # Every release the rows were read for, from the oldest supported one (a release the matrix adds later is ready).
 TABLE_RELEASES = releases_between(SUPPORTED_RELEASES[0], NEWEST_READ)
 
