@@ -215,6 +215,7 @@ class Profile:
 
 # The releases XPU unit tests run against on the newest Lightning (issue 11): the first of each behaviour era.
 PROFILE_GRID = ("2.5", "2.7", "2.8", "2.13")
+NEWEST_PROFILE = PROFILE_GRID[-1]
 
 
 def check_device_id(profile: Profile, device_id: Any, accelerator: str | None, accelerator_count: int) -> None:

@@ -57,10 +57,12 @@ def collectives(args: argparse.Namespace) -> int:
     try:
         if args.backend == "ccl":
             from lightning_xpu.report.diagnose import collective_backend
-            from lightning_xpu.strategies.process_group import set_oneccl_local_rank
 
             collective_backend()  # imports IPEX (where installed) before the bindings
-            set_oneccl_local_rank(local, local_world)  # as the strategies do: oneCCL's place of the rank on its node
+        if args.backend in ("ccl", "xccl"):
+            from lightning_xpu.strategies.process_group import set_oneccl_launch
+
+            set_oneccl_launch(local, local_world, rank)  # as the strategies do: oneCCL's place of the rank on its node
         device = torch.device(args.device, local) if args.device != "cpu" else torch.device("cpu")
         if args.device == "xpu":
             torch.xpu.set_device(local)
