@@ -121,6 +121,7 @@ def test_a_working_user_choice_is_kept_and_a_replacement_is_said_once_on_rank_0(
             assert rank == 0 or not caplog.records, "only rank 0 says it"
     [record] = caplog.records
     assert "CCL_PROCESS_LAUNCHER=pmix" in record.getMessage() and "\n" not in record.getMessage()
+    assert f"\n{record.getMessage()}\n" in (REPO / "docs" / "xpu-guide.md").read_text(), "the guide shows another line"
 
 
 @NAMESPACE_SIDES
