@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,10 @@ from tests.runtime import launches
 from tests.runtime.test_launch import (
     REPO,
     _free_port,
-    _job_state,
     _mpiexec,
     _rank_environment,
-    _require_slurm,
     _run,
-    _run_job,
+    srun_job,
 )
 from tests.xpu_profiles import NEWEST_PROFILE, PROFILE_GRID, Profile
 from tests.xpu_simulation import bootstrap_env
@@ -225,12 +222,6 @@ def test_every_rank_gets_onecclplace_under_a_real_launch(start: str, tmp_path: P
 
 @pytest.mark.slurm
 def test_every_rank_gets_onecclplace_under_srun(tmp_path: Path, newest_lightning_only: Any) -> None:
-    _require_slurm()
     out = tmp_path / "out"
-    script = tmp_path / "lxpu-oneccl-srun.sh"
-    script.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
-                      f"exec timeout -k 10 180 srun --kill-on-bad-exit=1 {shlex.join(_per_rank(out))}\n")
-    log = tmp_path / "job.log"
-    job_id = _run_job(script, _environment(), log)
-    output = f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
+    output = srun_job(tmp_path, _per_rank(out), _environment())
     _check_ranks(out, output, "srun")
