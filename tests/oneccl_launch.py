@@ -76,8 +76,8 @@ LAUNCHERS: tuple[Launcher, ...] = (
     Launcher("srun", _srun, False, False, RECORDED + " (Slurm 22.05.8; no PMI_*)", ("SLURM_STEP_ID",)),
     Launcher("torchrun", lambda r, n: {"TORCHELASTIC_RUN_ID": "none", "RANK": str(r), "LOCAL_RANK": str(r),
              "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0"}, False, False,
-             "torch/distributed/elastic/agent/server/api.py@v2.13.0 (_get_worker_env... LOCAL_RANK,"
-             " LOCAL_WORLD_SIZE)", ("TORCHELASTIC_RUN_ID",)),
+             "torch/distributed/elastic/agent/server/local_elastic_agent.py@v2.13.0 (_start_workers: LOCAL_RANK,"
+             " LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID)", ("TORCHELASTIC_RUN_ID",)),
     # Rank 0 sets these in its own environment before starting the others with their LOCAL_RANK; no
     # LOCAL_WORLD_SIZE, no MPI or PMIx.
     Launcher("Lightning", lambda r, n: {"LOCAL_RANK": str(r), "NODE_RANK": "0", "WORLD_SIZE": str(n)}, False, False,
@@ -95,7 +95,8 @@ def identify(environ: Mapping[str, str]) -> Launcher:
 LOCAL_COORDINATES = {"hydra": ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), "torchrun": ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
                      "none": ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE")}
 DEFAULT_PROCESS_LAUNCHER = "hydra"  # src/common/env/env.cpp@2021.14 (process_launcher(process_launcher_mode::hydra))
-PROCESS_LAUNCHERS = ("hydra", "torchrun", "pmix", "none")  # env.cpp@2021.14 process_launcher_names
+# env.cpp@2021.14 process_launcher_names; `torchrun` is new in 2021.14 (absent from env.cpp@2021.13).
+PROCESS_LAUNCHERS = ("hydra", "torchrun", "pmix", "none")
 
 
 def local_coordinates(environ: Mapping[str, str], launch: Launcher, true_place: tuple[int, int]

@@ -11,6 +11,10 @@ Two modes:
   activity), and `torch.xpu`, `torch.distributed` and `torch.backends` become strict namespaces: an access from
   lightning_xpu to an attribute that no table row models is recorded in `sim.unmodelled` (the fixture fails the
   test on it).
+
+In both modes a `ccl` or `xccl` process group checks oneCCL's launch contract (tests/oneccl_launch.py) and fails
+with `OneCCLLaunchFailure` where the real runtime beneath would fail or hang; a launched rank's `xccl` group on the
+CPU build is gloo underneath.
 """
 
 from __future__ import annotations
