@@ -91,6 +91,26 @@ def test_without_the_runtime_aurora_pmix_fails_without_a_pmix_server(name: str) 
         oneccl_check(_rank(launch, AURORA, 1), launch, 1, 2)
 
 
+@pytest.mark.parametrize(("extra", "error"), [
+    ({"CCL_PROCESS_LAUNCHER": "slurm"}, r"'slurm' is not one of"),  # oneCCL refuses an unknown value
+    ({"CCL_ATL_TRANSPORT": "mpi"}, r"^CCL_ATL_TRANSPORT=mpi needs an MPI world"),
+    ({"CCL_KVS_MODE": "mpi"}, r"^CCL_KVS_MODE=mpi needs an MPI world"),
+], ids=["unknown-launcher", "mpi-transport", "mpi-kvs"])
+def test_the_model_names_each_failure(extra: dict[str, str], error: str) -> None:
+    launch = LAUNCHER_BY_NAME["torchrun"]
+    placed = {**launch.variables(1, 2), "CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2"}
+    oneccl_check(placed, launch, 1, 2)
+    with pytest.raises(OneCCLLaunchFailure, match=error):
+        oneccl_check({**placed, **extra}, launch, 1, 2)
+
+
+def test_one_rank_on_a_node_needs_no_local_coordinates() -> None:
+    launch = LAUNCHER_BY_NAME["Lightning"]
+    oneccl_check(launch.variables(0, 1), launch, 0, 1)
+    with pytest.raises(OneCCLLaunchFailure, match="could not get local_idx/count"):
+        oneccl_check(launch.variables(0, 2), launch, 0, 2)
+
+
 def test_variables_inherited_from_an_outer_launch_are_not_trusted() -> None:
     """Lightning's launcher inside `mpiexec -n 1`: both ranks inherit MPI_LOCALRANKID=0 of 1."""
     outer = {**LAUNCHER_BY_NAME["MPICH mpiexec"].variables(0, 1), "LOCAL_RANK": "1"}
