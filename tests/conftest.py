@@ -27,6 +27,7 @@ from tests.xpu_simulation import (
     SimulatedXPU,
     check_init_device_mesh,
     check_init_process_group,
+    check_oneccl_launch,
     simulate_xpu,
     stand_in_oneccl_module,
 )
@@ -211,15 +212,19 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
     """Call it to make `torch.distributed` record calls instead of making them (one process, no peers):
     `pg = recorded_process_group(sim.events)`. Covers init_process_group, is_initialized, get_backend, new_group,
     barrier, broadcast_object_list, destroy_process_group and init_device_mesh; restores what a strategy's setup
-    writes globally (MASTER_ADDR/PORT, CCL_*, the rank_zero_only rank)."""
+    writes globally (MASTER_ADDR/PORT, CCL_*, the rank_zero_only rank). A ccl or xccl group fails where oneCCL's
+    launch contract is not met (tests/oneccl_launch.py)."""
     import torch.distributed.device_mesh
     from lightning_utilities.core.rank_zero import rank_zero_only
+
+    from lightning_xpu.environments.oneccl import ONECCL_LAUNCH_VARIABLES
 
     def record(events: list[tuple[str, Any]] | None = None) -> RecordedProcessGroup:
         pg = RecordedProcessGroup(events=[] if events is None else events)
 
         def init_process_group(backend: str | None = None, **kwargs: Any) -> None:
             check_init_process_group(kwargs)  # the device_id rules of an active torch profile
+            check_oneccl_launch(backend, kwargs)  # oneCCL's launch contract beneath ccl and xccl
             pg.backend = backend
             pg.init_kwargs = kwargs
             pg.events.append(("init_process_group", backend))
@@ -253,7 +258,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
         monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda group=None: pg.destroyed.append(group))
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
         monkeypatch.setenv("MASTER_PORT", "29500")
-        for name in ("CCL_LOCAL_RANK", "CCL_LOCAL_SIZE", "CCL_PROCESS_LAUNCHER"):
+        for name in ONECCL_LAUNCH_VARIABLES:
             monkeypatch.delenv(name, raising=False)
         # Lightning sets the rank once, when it is first imported; importing it first means undoing this patch
         # restores that value instead of deleting an attribute that a later import would no longer set.

@@ -11,6 +11,10 @@ Two modes:
   activity), and `torch.xpu`, `torch.distributed` and `torch.backends` become strict namespaces: an access from
   lightning_xpu to an attribute that no table row models is recorded in `sim.unmodelled` (the fixture fails the
   test on it).
+
+In both modes a `ccl` or `xccl` process group checks oneCCL's launch contract (tests/oneccl_launch.py) and fails
+with `OneCCLLaunchFailure` where the real runtime beneath would fail or hang; a launched rank's `xccl` group on the
+CPU build is gloo underneath.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tests.oneccl_launch import launched_place, oneccl_check
 from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled, mask_is_integers, visible_device_count
 
 ONECCL_MODULE = "oneccl_bindings_for_pytorch"
@@ -134,6 +139,19 @@ def check_init_process_group(kwargs: dict[str, Any]) -> None:
     sim = active()
     if sim is not None and sim.profile is not None:
         check_device_id(sim.profile, kwargs.get("device_id"), "xpu", sim.visible_devices())
+
+
+def check_oneccl_launch(backend: str | None, kwargs: dict[str, Any]) -> None:
+    """oneCCL's launch contract (tests/oneccl_launch.py) for a `ccl` or `xccl` group, in every simulation mode:
+    raises OneCCLLaunchFailure where the real runtime beneath would fail or hang."""
+    if backend not in ("ccl", "xccl"):
+        return
+    world = int(kwargs.get("world_size", -1))
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world < 0 else world
+    rank = int(kwargs.get("rank", -1))
+    rank = int(os.environ.get("RANK", "0")) if rank < 0 else rank
+    launch, local_rank, local_size = launched_place(os.environ, rank, world)
+    oneccl_check(os.environ, launch, local_rank, local_size)
 
 
 def check_init_device_mesh(bound_device: Any, backend: str | None, mesh_shape: tuple[int, ...]) -> None:
@@ -462,6 +480,13 @@ def _apply_profile(patch: Patcher, sim: SimulatedXPU, profile: Profile, ipex: bo
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         check_init_process_group(kwargs)
+        backend = args[0] if args else kwargs.get("backend")
+        check_oneccl_launch(backend, kwargs)
+        if backend == "xccl" and not hasattr(torch._C._distributed_c10d, "ProcessGroupXCCL"):
+            # A launched rank on the CPU build: gloo carries the collectives of the simulated XCCL group (not
+            # XCCL; it proves nothing about oneCCL beyond the launch contract checked above).
+            kwargs.pop("device_id", None)
+            args, kwargs = (), {**kwargs, "backend": "gloo"}
         return real_init(*args, **kwargs)
 
     patch.setattr(dist, "init_process_group", init_process_group)

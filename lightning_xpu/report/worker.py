@@ -61,11 +61,13 @@ def collectives(args: argparse.Namespace) -> int:
     try:
         if args.backend == "ccl":
             from lightning_xpu.strategies.backend import import_oneccl_bindings
-            from lightning_xpu.strategies.process_group import set_oneccl_local_rank
 
             # IPEX first where installed, then the bindings; stops naming the fix if their XPU part did not load.
             import_oneccl_bindings()
-            set_oneccl_local_rank(local, local_world)  # as the strategies do: oneCCL's place of the rank on its node
+        if args.backend in ("ccl", "xccl"):
+            from lightning_xpu.strategies.process_group import set_oneccl_launch
+
+            set_oneccl_launch(local, local_world, rank)  # as the strategies do: oneCCL's place of the rank on its node
         device = torch.device(args.device, local) if args.device != "cpu" else torch.device("cpu")
         if args.device == "xpu":
             torch.xpu.set_device(local)

@@ -3,9 +3,11 @@
 Around the strategy method that calls `_init_dist_connection` (on XPU only):
 - before: the rank's own XPU becomes the current device. The accelerator normally did this already; a collective
   issued on the wrong device runs on xpu:0 and can hang, so the order must not depend on which accelerator object
-  the strategy holds. With the ccl backend, oneCCL is also told the rank's place on its node
-  (`CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE`, read when `CCL_PROCESS_LAUNCHER=none`, which is set unless the user chose a
-  launcher): it cannot find them under Lightning's own launcher or srun. XCCL sets these itself.
+  the strategy holds. Then oneCCL, beneath XCCL and ccl alike, is given the rank's place on its node where the
+  launch does not give it (see `lightning_xpu.environments.oneccl`): under Lightning's own launcher, torchrun or
+  srun, `CCL_PROCESS_LAUNCHER=none` with `CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE`; a site's `pmix`/`mpi` settings are
+  replaced only where they cannot work, with one line in the log of rank 0. XCCL sets none of these itself
+  (intel/torch-xpu-ops `src/xccl`@release/2.8..release/2.14). Under MPI and PALS launchers the site's settings stay.
   On ccl the bindings are imported (IPEX first) and their XPU part checked to be loaded (see backend.py), also for
   an explicit `process_group_backend="ccl"`.
 - after: the gloo group for objects on ccl (see collectives.py).
@@ -22,6 +24,7 @@ the group is created.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -29,14 +32,19 @@ from typing import Any
 import torch
 
 from lightning_xpu.device import is_xpu_device
-from lightning_xpu.strategies.backend import CCL, import_oneccl_bindings
+from lightning_xpu.environments.oneccl import oneccl_settings
+from lightning_xpu.strategies.backend import CCL, XCCL, import_oneccl_bindings
 from lightning_xpu.strategies.collectives import open_object_group
 
+log = logging.getLogger(__name__)
 
-def set_oneccl_local_rank(local_rank: int, local_size: int) -> None:
-    os.environ["CCL_LOCAL_RANK"] = str(local_rank)
-    os.environ["CCL_LOCAL_SIZE"] = str(local_size)
-    os.environ.setdefault("CCL_PROCESS_LAUNCHER", "none")
+
+def set_oneccl_launch(local_rank: int, local_size: int, global_rank: int) -> None:
+    """Write the `CCL_*` values oneCCL needs for this rank into `os.environ`; rank 0 says what it replaced."""
+    settings = oneccl_settings(os.environ, local_rank, local_size)
+    os.environ.update(settings.set)
+    if settings.replaced and global_rank == 0:
+        log.warning(settings.describe())
 
 
 def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,7 +57,8 @@ def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any
         torch.xpu.set_device(self.root_device)
         if backend == CCL:
             import_oneccl_bindings()  # also for an explicit "ccl": IPEX first, and its XPU part really loaded
-            set_oneccl_local_rank(self.local_rank, self.num_processes)
+        if backend in (CCL, XCCL):
+            set_oneccl_launch(self.local_rank, self.num_processes, self.global_rank)
         result = original(self, *args, **kwargs)
         open_object_group(self)
         return result

@@ -7,7 +7,6 @@ recipes/known_env.toml, a site's guide is docs/<site>.md, its job scripts script
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import pytest
 import tomllib
 from recipe_helpers import REPO
 
-from lightning_xpu.strategies.process_group import set_oneccl_local_rank
+from lightning_xpu.environments.oneccl import oneccl_settings
+from tests.oneccl_launch import LAUNCHER_BY_NAME
 
 SITES = {path.stem: tomllib.loads(path.read_text()) for path in sorted((REPO / "recipes" / "sites").glob("*.toml"))}
 KNOWN = tomllib.loads((REPO / "recipes" / "known_env.toml").read_text())["families"]
@@ -71,20 +71,13 @@ def test_every_variable_the_docs_and_job_scripts_set_is_a_known_name() -> None:
 
 @pytest.mark.parametrize("site", sorted(SITES))
 def test_the_oneccl_launcher_a_site_sets_matches_how_its_jobs_launch(site: str) -> None:
-    """lightning_xpu gives oneCCL (the ccl backend) the rank's place on its node with CCL_PROCESS_LAUNCHER=none,
-    unless the variable is already set: a site value wins. srun has neither Hydra nor PMIx for oneCCL, so a Slurm
-    site must leave it unset; a site that sets pmix must launch every mpiexec with --pmi=pmix (oneCCL vars.hpp)."""
+    """Under srun lightning_xpu gives oneCCL the rank's place on its node with CCL_PROCESS_LAUNCHER=none, whatever the
+    site sets (srun has neither Hydra's variables nor a PMIx server); a site that sets pmix must launch every mpiexec
+    with --pmi=pmix (oneCCL vars.hpp)."""
     env = site_env(site)
-    environ = {name: value for name, value in env.items() if name == "CCL_PROCESS_LAUNCHER"}
-    with pytest.MonkeyPatch.context() as patch:
-        for name in ("CCL_PROCESS_LAUNCHER", "CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"):
-            patch.delenv(name, raising=False)
-        for name, value in environ.items():
-            patch.setenv(name, value)
-        set_oneccl_local_rank(1, 2)
-        launcher = os.environ["CCL_PROCESS_LAUNCHER"]
-    if SITES[site]["scheduler"] == "slurm":
-        assert launcher == "none", f"{site}: under srun oneCCL gets CCL_PROCESS_LAUNCHER={launcher}, not none"
+    srun_rank = {**env, **LAUNCHER_BY_NAME["srun"].variables(1, 2)}
+    assert {**srun_rank, **oneccl_settings(srun_rank, 1, 2).set}["CCL_PROCESS_LAUNCHER"] == "none", site
+    launcher = env.get("CCL_PROCESS_LAUNCHER")
     if launcher == "pmix":
         texts = site_texts(site)
         assert texts, f"{site} sets CCL_PROCESS_LAUNCHER=pmix but has no guide or job script to check"

@@ -200,6 +200,15 @@ def process_group_init_method(side: str, name: str) -> str:
     return next(patch.process_group_init for patch in table if patch.cls == name)
 
 
+def give_oneccl_its_place(patch: pytest.MonkeyPatch, strategy: Any) -> None:
+    """What a user of plain Lightning must export for oneCCL (huggingface/accelerate#2339 does it for Accelerate):
+    without it the simulated ccl/xccl group fails (tests/oneccl_launch.py). For tests of Lightning alone that look
+    at something else."""
+    for variable, value in (("CCL_PROCESS_LAUNCHER", "none"), ("CCL_LOCAL_RANK", str(strategy.local_rank)),
+                            ("CCL_LOCAL_SIZE", str(len(strategy.parallel_devices)))):
+        patch.setenv(variable, value)
+
+
 def init_kwargs(strategy: Any, side: str, name: str, pg: Any, unpatched: bool = False) -> dict[str, Any]:
     """The keyword arguments `init_process_group` receives from the strategy's setup: patched, or as Lightning
     alone passes them (its own setup method and its own `_init_dist_connection`)."""
@@ -209,5 +218,6 @@ def init_kwargs(strategy: Any, side: str, name: str, pg: Any, unpatched: bool = 
     module = sys.modules[type(strategy).__module__]
     with pytest.MonkeyPatch.context() as local:
         local.setattr(module, "_init_dist_connection", original_of(module, "_init_dist_connection"))
+        give_oneccl_its_place(local, strategy)
         original_of(type(strategy), process_group_init_method(side, name))(strategy)
     return pg.init_kwargs

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from lightning_grid import NAMESPACE_SIDES, NAMESPACES, init_kwargs, strategy_class, strategy_module, xpu_strategy
+from lightning_grid import NAMESPACE_SIDES, init_kwargs, strategy_class, strategy_module, xpu_strategy
 
 from lightning_xpu._patching import original_of
 
@@ -92,16 +92,12 @@ def test_the_rank_device_is_current_before_the_process_group_exists(
 
 
 @NAMESPACE_SIDES
-def test_xccl_leaves_oneccl_variables_alone(simulated_xpu, recorded_process_group, namespace, side) -> None:
-    recorded_process_group(simulated_xpu(xccl=True).events)
-    xpu_strategy(namespace, side, "DDPStrategy").setup_environment()
-    assert not set(ONECCL_VARIABLES) & set(os.environ)
-
-
-@NAMESPACE_SIDES
-def test_ccl_gets_oneccl_local_rank_before_init(simulated_xpu, recorded_process_group, namespace, side,
-                                               monkeypatch) -> None:
-    sim = simulated_xpu(xccl=False, oneccl=True)
+@pytest.mark.parametrize("xccl", [True, False], ids=["xccl", "ccl"])
+def test_the_backend_gets_oneccl_local_rank_before_init(simulated_xpu, recorded_process_group, namespace, side,
+                                                        xccl, monkeypatch) -> None:
+    """XCCL sets no CCL_* variable itself: oneCCL beneath it needs them as much as under ccl (tests/oneccl_launch.py;
+    the launcher table is tested in test_oneccl_launch.py)."""
+    sim = simulated_xpu(xccl=xccl, oneccl=not xccl)
     pg = recorded_process_group(sim.events)
     seen: dict[str, str | None] = {}
 
@@ -111,16 +107,8 @@ def test_ccl_gets_oneccl_local_rank_before_init(simulated_xpu, recorded_process_
 
     monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
     xpu_strategy(namespace, side, "DDPStrategy").setup_environment()
-    assert pg.backend == "ccl"
+    assert pg.backend == ("xccl" if xccl else "ccl")
     assert seen == {"CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2", "CCL_PROCESS_LAUNCHER": "none"}
-
-
-@NAMESPACES
-def test_a_users_oneccl_launcher_choice_is_kept(simulated_xpu, recorded_process_group, namespace, monkeypatch) -> None:
-    recorded_process_group(simulated_xpu(xccl=False, oneccl=True).events)
-    monkeypatch.setenv("CCL_PROCESS_LAUNCHER", "hydra")
-    xpu_strategy(namespace, "trainer", "DDPStrategy").setup_environment()
-    assert os.environ["CCL_PROCESS_LAUNCHER"] == "hydra" and os.environ["CCL_LOCAL_RANK"] == "1"
 
 
 @NAMESPACE_SIDES

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lightning_grid import NAMESPACE_SIDES, init_kwargs, package_of, require_feature, strategy_class, xpu_strategy
+from lightning_grid import (
+    NAMESPACE_SIDES,
+    give_oneccl_its_place,
+    init_kwargs,
+    package_of,
+    require_feature,
+    strategy_class,
+    xpu_strategy,
+)
 
 from lightning_xpu._patching import original_of
 
@@ -35,9 +43,11 @@ def test_tuple_device_mesh_is_built_on_xpu(simulated_xpu, recorded_process_group
 
 
 @NAMESPACE_SIDES
-def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_process_group, namespace, side) -> None:
+def test_unpatched_fsdp_builds_the_tuple_mesh_on_cuda(simulated_xpu, recorded_process_group, namespace, side,
+                                                      monkeypatch) -> None:
     pg = recorded_process_group(simulated_xpu().events)
     strategy = fsdp_with_mesh(namespace, side)
+    give_oneccl_its_place(monkeypatch, strategy)
     original_of(type(strategy), "setup_environment")(strategy)
     assert [mesh.device_type for mesh in pg.meshes] == ["cuda"]
 

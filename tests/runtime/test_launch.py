@@ -159,6 +159,17 @@ def _run_job(script: Path, env: dict[str, str], log: Path) -> str:
     return job_id
 
 
+def srun_job(tmp_path: Path, command: list[str], env: dict[str, str]) -> str:
+    """`srun command` as the whole of a one-node, 2-task `sbatch` job; the job's state and output once it ended."""
+    _require_slurm()
+    script = tmp_path / "lxpu-srun.sh"
+    script.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
+                      f"exec timeout -k 10 {LAUNCH_SECONDS} srun --kill-on-bad-exit=1 {shlex.join(command)}\n")
+    log = tmp_path / "job.log"
+    job_id = _run_job(script, env, log)
+    return f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
+
+
 @pytest.mark.slurm
 @pytest.mark.parametrize(
     ("launcher", "environment"),
@@ -264,13 +275,7 @@ def test_mpiexec_with_more_ranks_than_devices_is_refused_in_every_rank(launcher:
 def test_srun_with_more_tasks_than_devices_off_xpu_runs_as_plain_lightning(tmp_path: Path) -> None:
     """Off XPU srun keeps Lightning's behaviour (docs/xpu-guide.md): one independent single-device training per
     task, each world of 1. On XPU the same launch is refused (test_launch_refusals.py, simulated)."""
-    _require_slurm()
-    script = tmp_path / "lxpu-srun-mismatch.sh"
-    script.write_text("#!/usr/bin/env bash\nset -euo pipefail\n"
-                      f"exec timeout -k 10 {LAUNCH_SECONDS} srun {shlex.join(_per_rank_command(tmp_path))}\n")
-    log = tmp_path / "job.log"
-    job_id = _run_job(script, _rank_environment(), log)
-    output = f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
+    output = srun_job(tmp_path, _per_rank_command(tmp_path), _rank_environment())
     for devices in DEVICE_ARGUMENTS:
         for rank, (rc, text) in enumerate(_rank_results(tmp_path, devices, output)):
             assert rc == 0, f"devices={devices}, rank {rank}:\n{text}"

@@ -1,0 +1,247 @@
+"""oneCCL's launch contract (issue 18), per launcher: what the launcher gives a rank, what lightning_xpu sets for
+oneCCL (lightning_xpu/environments/oneccl.py), and what the model of oneCCL (tests/oneccl_launch.py, sourced) says.
+
+1. The unit table: every launcher of the model, with no site settings and with Aurora's module settings
+   (recipes/sites/aurora.toml: `CCL_PROCESS_LAUNCHER=pmix`, `CCL_ATL_TRANSPORT=mpi`, `CCL_KVS_MODE=mpi`), rank 0 and
+   1 of 2: without lightning_xpu the model fails where the sources say oneCCL fails; with it, it never does, and a
+   site value is replaced only where it cannot work.
+2. One real launch per launcher (Lightning's own, torchrun, MPICH and Intel MPI `mpiexec`, `srun` in an `sbatch`
+   job) of tests/runtime/_oneccl_worker.py, under Aurora's module settings: each rank runs the patched strategy's
+   process-group setup and one all_reduce on simulated XPU, once per profile (the first XCCL release and the
+   newest), and reports the oneCCL variables it saw. The simulated XCCL group checks the model in every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+import torch
+from lightning_grid import NAMESPACE_SIDES, NAMESPACES, strategy_class, xpu_strategy
+
+from lightning_xpu.environments.oneccl import ONECCL_LAUNCH_VARIABLES, oneccl_settings
+from tests.oneccl_launch import LAUNCHER_BY_NAME, LAUNCHERS, Launcher, OneCCLLaunchFailure, identify, oneccl_check
+from tests.runtime import launches
+from tests.runtime.test_launch import (
+    REPO,
+    _free_port,
+    _mpiexec,
+    _rank_environment,
+    _run,
+    srun_job,
+)
+from tests.xpu_profiles import NEWEST_PROFILE, PROFILE_GRID, Profile
+from tests.xpu_simulation import bootstrap_env
+
+CPU = torch.device("cpu")
+AURORA = {name: setting["value"]
+          for name, setting in tomllib.loads((REPO / "recipes/sites/aurora.toml").read_text())["env"].items()
+          if name in ONECCL_LAUNCH_VARIABLES}
+SITES = {"no site settings": {}, "Aurora module": AURORA}
+# Launchers that give oneCCL no local place of their own: Lightning's, torchrun, srun.
+NOT_MPI = [row.name for row in LAUNCHERS if not row.mpi_world]
+
+
+def test_aurora_sets_what_issue_18_is_about() -> None:
+    assert AURORA == {"CCL_PROCESS_LAUNCHER": "pmix", "CCL_ATL_TRANSPORT": "mpi", "CCL_KVS_MODE": "mpi"}
+
+
+def _rank(launch: Launcher, site: dict[str, str], rank: int) -> dict[str, str]:
+    return {**site, **launch.variables(rank, 2)}
+
+
+@pytest.mark.parametrize("site", SITES, ids=list(SITES))
+@pytest.mark.parametrize("launch", LAUNCHERS, ids=[row.name for row in LAUNCHERS])
+def test_the_runtime_meets_onecclcontract_under_every_launcher(launch: Launcher, site: str) -> None:
+    for rank in (0, 1):
+        environ = _rank(launch, SITES[site], rank)
+        assert identify(environ) is launch
+        settings = oneccl_settings(environ, rank, 2)
+        oneccl_check({**environ, **settings.set}, launch, rank, 2)  # the model: oneCCL finds its place, no MPI gap
+        kept = {name: value for name, value in SITES[site].items() if name not in settings.replaced}
+        assert {**environ, **settings.set}.items() >= kept.items()
+        if launch.mpi_world:  # MPI and PALS launchers: the site's transport and KVS mode stay
+            assert not {"CCL_ATL_TRANSPORT", "CCL_KVS_MODE"} & set(settings.replaced)
+        works = launch.pmix_server if SITES[site] else "MPI_LOCALRANKID" in environ  # pmix, or the default hydra
+        if works:
+            assert settings.set == {}, "a launcher value that works is left alone"
+        else:
+            assert settings.set["CCL_PROCESS_LAUNCHER"] == "none"
+            assert (settings.set["CCL_LOCAL_RANK"], settings.set["CCL_LOCAL_SIZE"]) == (str(rank), "2")
+
+
+@pytest.mark.parametrize("site", SITES, ids=list(SITES))
+@pytest.mark.parametrize("name", NOT_MPI)
+def test_without_the_runtime_onecclcannot_place_ranks_under_a_launcher_that_is_not_mpi(name: str, site: str) -> None:
+    launch = LAUNCHER_BY_NAME[name]
+    with pytest.raises(OneCCLLaunchFailure, match=r"could not get local_idx/count|needs an MPI world"):
+        oneccl_check(_rank(launch, SITES[site], 1), launch, 1, 2)
+
+
+@pytest.mark.parametrize("name", ["MPICH mpiexec", "Intel MPI mpiexec", "PALS mpiexec", "srun --mpi=pmi2"])
+def test_without_the_runtime_aurora_pmix_fails_without_a_pmix_server(name: str) -> None:
+    launch = LAUNCHER_BY_NAME[name]
+    with pytest.raises(OneCCLLaunchFailure, match=r"CCL_PROCESS_LAUNCHER=pmix"):
+        oneccl_check(_rank(launch, AURORA, 1), launch, 1, 2)
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    ({"CCL_PROCESS_LAUNCHER": "slurm"}, r"'slurm' is not one of"),  # oneCCL refuses an unknown value
+    ({"CCL_ATL_TRANSPORT": "mpi"}, r"^CCL_ATL_TRANSPORT=mpi needs an MPI world"),
+    ({"CCL_KVS_MODE": "mpi"}, r"^CCL_KVS_MODE=mpi needs an MPI world"),
+], ids=["unknown-launcher", "mpi-transport", "mpi-kvs"])
+def test_the_model_names_each_failure(extra: dict[str, str], error: str) -> None:
+    launch = LAUNCHER_BY_NAME["torchrun"]
+    placed = {**launch.variables(1, 2), "CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2"}
+    oneccl_check(placed, launch, 1, 2)
+    with pytest.raises(OneCCLLaunchFailure, match=error):
+        oneccl_check({**placed, **extra}, launch, 1, 2)
+
+
+def test_one_rank_on_a_node_needs_no_local_coordinates() -> None:
+    launch = LAUNCHER_BY_NAME["Lightning"]
+    oneccl_check(launch.variables(0, 1), launch, 0, 1)
+    with pytest.raises(OneCCLLaunchFailure, match="could not get local_idx/count"):
+        oneccl_check(launch.variables(0, 2), launch, 0, 2)
+
+
+def test_variables_inherited_from_an_outer_launch_are_not_trusted() -> None:
+    """Lightning's launcher inside `mpiexec -n 1`: both ranks inherit MPI_LOCALRANKID=0 of 1."""
+    outer = {**LAUNCHER_BY_NAME["MPICH mpiexec"].variables(0, 1), "LOCAL_RANK": "1"}
+    launch = identify(outer)
+    with pytest.raises(OneCCLLaunchFailure, match="ranks collide"):
+        oneccl_check(outer, launch, 1, 2)
+    oneccl_check({**outer, **oneccl_settings(outer, 1, 2).set}, launch, 1, 2)
+
+
+def test_a_working_user_choice_is_kept_and_a_replacement_is_said_once_on_rank_0(monkeypatch, caplog) -> None:
+    from lightning_xpu.strategies.process_group import set_oneccl_launch
+
+    launches.launch(monkeypatch, launches.TORCHRUN)
+    for name in ONECCL_LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CCL_PROCESS_LAUNCHER", "torchrun")  # reads LOCAL_RANK/LOCAL_WORLD_SIZE, set by torchrun
+    with caplog.at_level(logging.WARNING):
+        set_oneccl_launch(1, 2, global_rank=0)
+    assert "CCL_LOCAL_RANK" not in os.environ and not caplog.records
+    with caplog.at_level(logging.WARNING):
+        for rank in (1, 0):
+            for name, value in AURORA.items():  # the module's values, each time
+                monkeypatch.setenv(name, value)
+            set_oneccl_launch(rank, 2, global_rank=rank)
+            assert rank == 0 or not caplog.records, "only rank 0 says it"
+    [record] = caplog.records
+    assert "CCL_PROCESS_LAUNCHER=pmix" in record.getMessage() and "\n" not in record.getMessage()
+    assert f"\n{record.getMessage()}\n" in (REPO / "docs" / "xpu-guide.md").read_text(), "the guide shows another line"
+
+
+@NAMESPACE_SIDES
+@pytest.mark.parametrize("xccl", [True, False], ids=["xccl", "ccl"])
+def test_both_backends_give_onecclthe_place_before_init(simulated_xpu, recorded_process_group, namespace, side,
+                                                       xccl, monkeypatch) -> None:
+    """Under Lightning's own launcher with the Aurora module loaded: the recorded group checks the model."""
+    launches.launch(monkeypatch, {})
+    pg = recorded_process_group(simulated_xpu(xccl=xccl, oneccl=not xccl).events)
+    for name, value in AURORA.items():
+        monkeypatch.setenv(name, value)
+    xpu_strategy(namespace, side, "DDPStrategy").setup_environment()
+    assert pg.backend == ("xccl" if xccl else "ccl")
+    seen = {name: os.environ.get(name) for name in ONECCL_LAUNCH_VARIABLES}
+    assert seen == {"CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2",
+                    "CCL_ATL_TRANSPORT": "ofi", "CCL_KVS_MODE": "pmi"}
+
+
+def test_with_a_pmix_server_aurora_settings_work_untouched() -> None:
+    launch = LAUNCHER_BY_NAME["PALS mpiexec --pmi=pmix"]
+    oneccl_check(_rank(launch, AURORA, 1), launch, 1, 2)
+    assert oneccl_settings(_rank(launch, AURORA, 1), 1, 2).set == {}
+
+
+@NAMESPACES
+def test_off_xpu_the_environment_is_not_touched(recorded_process_group, namespace, monkeypatch) -> None:
+    launches.launch(monkeypatch, {})
+    recorded = recorded_process_group()
+    for name, value in AURORA.items():
+        monkeypatch.setenv(name, value)
+    accelerator = namespace.pytorch_module("accelerators").CPUAccelerator()
+    environment = namespace.fabric_module("plugins.environments").LightningEnvironment()
+    strategy = strategy_class(namespace, "trainer", "DDPStrategy")(accelerator, parallel_devices=[CPU] * 2,
+                                                                   cluster_environment=environment)
+    strategy.setup_environment()
+    assert recorded.backend == "gloo"
+    assert {name: os.environ.get(name) for name in ONECCL_LAUNCH_VARIABLES} == {
+        name: AURORA.get(name) for name in ONECCL_LAUNCH_VARIABLES}
+
+
+# ---- one real launch per launcher --------------------------------------------------------------------------
+
+# The first XCCL release of the grid (from the table) and the newest.
+FIRST_XCCL = next(version for version in PROFILE_GRID if Profile(version).fact("is_xccl_available") is True)
+PROFILES = tuple(dict.fromkeys((FIRST_XCCL, NEWEST_PROFILE)))
+WORKER = Path(__file__).with_name("_oneccl_worker.py")
+# Every rank runs the worker once per profile ($5...), each on its own port from $4: python $1, worker $2, out $3.
+# torchrun's workers would otherwise join its agent's store on the first port only.
+PER_PROFILE = """unset TORCHELASTIC_USE_AGENT_STORE
+port=$4
+for profile in "${@:5}"; do
+  LXPU_SIM_PROFILE=$profile MASTER_PORT=$port "$1" "$2" "$3" || exit $?
+  port=$((port + 1))
+done
+"""
+# The launch that starts the ranks, and the launcher the model must recognise in them.
+STARTS = {"lightning": "Lightning", "torchrun": "torchrun", "mpich": "MPICH mpiexec", "impi": "Intel MPI mpiexec",
+          "srun": "srun"}
+
+
+def _per_rank(out: Path) -> list[str]:
+    out.mkdir()
+    return ["bash", "-c", PER_PROFILE, "per-profile", sys.executable, str(WORKER), str(out), str(_free_port()),
+            *PROFILES]
+
+
+def _environment() -> dict[str, str]:
+    """A shell with Aurora's module loaded; ranks simulate XPU (tests/bootstrap), the profile set per run."""
+    return bootstrap_env(Profile(PROFILES[0]), _rank_environment(**AURORA))
+
+
+def _check_ranks(out: Path, output: str, start: str) -> None:
+    reports = [json.loads(path.read_text()) for path in sorted(out.glob("*.json"))]
+    ran = sorted((report["profile"], report["global_rank"]) for report in reports)
+    assert ran == sorted((profile, rank) for profile in PROFILES for rank in (0, 1)), output
+    for report in reports:
+        launch = identify(report["launch_environment"])
+        assert launch.name.startswith(STARTS[start]), (launch.name, report)
+        assert report["all_reduce"] == 3.0 and not launch.pmix_server
+        mpi = launch.mpi_world  # an MPI world keeps the module's transport and KVS mode
+        assert report["oneccl"] == {
+            "CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": str(report["local_rank"]), "CCL_LOCAL_SIZE": "2",
+            "CCL_ATL_TRANSPORT": AURORA["CCL_ATL_TRANSPORT"] if mpi else "ofi",
+            "CCL_KVS_MODE": AURORA["CCL_KVS_MODE"] if mpi else "pmi",
+        }, report
+    assert output.count("cannot work under this launch") == len(PROFILES), output  # rank 0 of each run, once
+
+
+@pytest.mark.parametrize("start", [
+    "lightning", "torchrun", pytest.param("mpich", marks=pytest.mark.mpi), pytest.param("impi", marks=pytest.mark.impi)
+])
+def test_every_rank_gets_onecclplace_under_a_real_launch(start: str, tmp_path: Path,
+                                                         newest_lightning_only: Any) -> None:
+    prefix = {"lightning": [], "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                            "--nproc-per-node=2", "--no-python"]}
+    command = prefix[start] if start in prefix else [_mpiexec(start), "-n", "2"]
+    out = tmp_path / "out"
+    output = _run([*command, *_per_rank(out)], _environment())
+    _check_ranks(out, output, start)
+
+
+@pytest.mark.slurm
+def test_every_rank_gets_onecclplace_under_srun(tmp_path: Path, newest_lightning_only: Any) -> None:
+    out = tmp_path / "out"
+    output = srun_job(tmp_path, _per_rank(out), _environment())
+    _check_ranks(out, output, "srun")
