@@ -205,7 +205,7 @@ def test_bad_recipe_data(temp_recipes: Path, case: str) -> None:
             ["render", "--out", "x"],
             "nothing selected: give --torch X.Y and/or --site NAME with --out DIR, or --all",
         ),
-        (["render", "--torch", "2.7"], "--out DIR is required unless --all"),
+        (["render", "--torch", MINOR], "--out DIR is required unless --all"),
         (["render", "--all", "--site", MODULE_SITE], "--all renders everything: leave out --torch and --site"),
         (["render", "--bogus"], "render.py: error: unrecognized arguments: --bogus (see render.py --help)"),
         (["frobnicate"], "render.py: error: argument command: invalid choice: 'frobnicate'"),
