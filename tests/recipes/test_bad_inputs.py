@@ -6,7 +6,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import RECIPES, edit, load_recipes, run_render, run_render_process
+from recipe_helpers import (
+    MINOR,
+    MODULE_SITE,
+    OTHER,
+    PLAIN_SITE,
+    RECIPES,
+    edit,
+    load_recipes,
+    run_render,
+    run_render_process,
+)
 
 # Derived from the data, so that adding a version or a site changes no test.
 _LOADED = load_recipes(RECIPES)
@@ -14,6 +24,8 @@ KNOWN = ", ".join(_LOADED.matrix.versions)
 SITES = ", ".join(_LOADED.sites)
 MATRIX = "recipes/matrix.toml"
 DAWN = "recipes/sites/dawn.toml"
+_VERSION = _LOADED.matrix.version(MINOR)  # the versions the edits below break (roles: recipe_helpers)
+_OTHER = _LOADED.matrix.version(OTHER)
 
 
 def _fails_with(done: subprocess.CompletedProcess[str], expected: str) -> None:
@@ -31,12 +43,12 @@ def _render(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ("args", "expected"),
     [
         (
-            ["--torch", "2.4", "--site", "dawn"],
+            ["--torch", "2.4", "--site", MODULE_SITE],
             f"render.py: error: unknown PyTorch version '2.4' (known: {KNOWN})",
         ),
-        (["--torch", "2.7", "--site", "polaris"], f"unknown site 'polaris' (known: {SITES})"),
+        (["--torch", MINOR, "--site", "polaris"], f"unknown site 'polaris' (known: {SITES})"),
         (
-            ["--torch", "2.7", "--site", "dawn", "--variant", "rocm"],
+            ["--torch", MINOR, "--site", MODULE_SITE, "--variant", "rocm"],
             "unknown variant 'rocm' (known: xpu, cpu, cuda)",
         ),
     ],
@@ -46,14 +58,14 @@ def test_unknown_names(temp_recipes: Path, args: list[str], expected: str) -> No
 
 
 def test_variant_the_version_lacks(temp_recipes: Path) -> None:
-    edit(
-        temp_recipes / MATRIX,
-        '[versions."2.13"]\nreleased = "2026-07"\nvariants = ["xpu", "cpu", "cuda"]',
-        '[versions."2.13"]\nreleased = "2026-07"\nvariants = ["xpu", "cpu"]',
-    )
+    version = _LOADED.matrix.version(MINOR)
+    names = ", ".join(f'"{name}"' for name in version.variants)
+    declared = f"variants = [{names}]"
+    head = f'[versions."{MINOR}"]\nreleased = "{version.released}"\n'
+    edit(temp_recipes / MATRIX, head + declared, head + 'variants = ["xpu", "cpu"]')
     _fails_with(
-        _render(temp_recipes, "--torch", "2.13", "--site", "generic", "--variant", "cuda"),
-        "PyTorch 2.13 has no variant 'cuda' (it has: xpu, cpu)",
+        _render(temp_recipes, "--torch", MINOR, "--site", PLAIN_SITE, "--variant", "cuda"),
+        f"PyTorch {MINOR} has no variant 'cuda' (it has: xpu, cpu)",
     )
 
 
@@ -61,48 +73,47 @@ def test_variant_the_version_lacks(temp_recipes: Path) -> None:
 EDITS = {
     "missing field": (
         MATRIX,
-        '[versions."2.13"]\nreleased = "2026-07"\n',
-        '[versions."2.13"]\n',
-        "recipes/matrix.toml: versions.\"2.13\": missing field 'released'",
+        f'[versions."{MINOR}"]\nreleased = "{_VERSION.released}"\n',
+        f'[versions."{MINOR}"]\n',
+        f"recipes/matrix.toml: versions.\"{MINOR}\": missing field 'released'",
     ),
     "pin without a source": (
         MATRIX,
-        'torchvision = { version = "0.28.0", source = "torchvision 0.28.0 wheel metadata (PyPI): '
-        'Requires-Dist torch==2.13.0" }',
-        'torchvision = { version = "0.28.0" }',
-        "recipes/matrix.toml: versions.\"2.13\".pins.torchvision: missing field 'source'",
+        f'torch = {{ version = "{_VERSION.torch}", source = "{_VERSION.pin("torch").source}" }}',
+        f'torch = {{ version = "{_VERSION.torch}" }}',
+        f"recipes/matrix.toml: versions.\"{MINOR}\".pins.torch: missing field 'source'",
     ),
     "pin with a misspelt key": (
         MATRIX,
-        'torchvision = { version = "0.28.0", source',
-        'torchvision = { version = "0.28.0", sauce',
-        'recipes/matrix.toml: versions."2.13".pins.torchvision.sauce: unknown key (allowed here: source, '
+        f'torch = {{ version = "{_VERSION.torch}", source',
+        f'torch = {{ version = "{_VERSION.torch}", sauce',
+        f'recipes/matrix.toml: versions."{MINOR}".pins.torch.sauce: unknown key (allowed here: source, '
         "verified, version); fix the spelling",
     ),
     "malformed version key": (
         MATRIX,
-        '[versions."2.14"]\n',
+        f'[versions."{MINOR}"]\n',
         '[versions."2.x"]\n',
         "recipes/matrix.toml: versions.\"2.x\": malformed PyTorch version '2.x' "
         "(expected MAJOR.MINOR, e.g. 2.7)",
     ),
     "malformed pin version": (
         MATRIX,
-        'torch = { version = "2.13.0", ',
-        'torch = { version = "2.13.zero", ',
-        "recipes/matrix.toml: versions.\"2.13\".pins.torch.version: malformed version '2.13.zero'",
+        f'torch = {{ version = "{_VERSION.torch}", ',
+        f'torch = {{ version = "{MINOR}.zero", ',
+        f"recipes/matrix.toml: versions.\"{MINOR}\".pins.torch.version: malformed version '{MINOR}.zero'",
     ),
     "torch of another minor": (
         MATRIX,
-        'torch = { version = "2.13.0", ',
-        'torch = { version = "2.12.0", ',
-        'recipes/matrix.toml: versions."2.13".pins.torch: torch 2.12.0 is not a 2.13 release',
+        f'torch = {{ version = "{_VERSION.torch}", ',
+        f'torch = {{ version = "{_OTHER.torch}", ',
+        f'recipes/matrix.toml: versions."{MINOR}".pins.torch: torch {_OTHER.torch} is not a {MINOR} release',
     ),
     "misspelt key": (
         MATRIX,
-        'notes = "No torchaudio release for this torch."',
-        'note = "No torchaudio release for this torch."',
-        'recipes/matrix.toml: versions."2.14".note: unknown key',
+        f'notes = "{_VERSION.notes}"',
+        f'note = "{_VERSION.notes}"',
+        f'recipes/matrix.toml: versions."{MINOR}".note: unknown key',
     ),
     "invalid TOML": (
         DAWN,
@@ -194,8 +205,8 @@ def test_bad_recipe_data(temp_recipes: Path, case: str) -> None:
             ["render", "--out", "x"],
             "nothing selected: give --torch X.Y and/or --site NAME with --out DIR, or --all",
         ),
-        (["render", "--torch", "2.7"], "--out DIR is required unless --all"),
-        (["render", "--all", "--site", "dawn"], "--all renders everything: leave out --torch and --site"),
+        (["render", "--torch", MINOR], "--out DIR is required unless --all"),
+        (["render", "--all", "--site", MODULE_SITE], "--all renders everything: leave out --torch and --site"),
         (["render", "--bogus"], "render.py: error: unrecognized arguments: --bogus (see render.py --help)"),
         (["frobnicate"], "render.py: error: argument command: invalid choice: 'frobnicate'"),
         (["lock", "--pip-source", "conda"], "argument --pip-source: invalid choice: 'conda'"),
