@@ -22,9 +22,8 @@ LXPU_ENGINE_CONTRACT=4
 # shellcheck source=scripts/common/install/publish.sh
 source "${BASH_SOURCE[0]%/*}/publish.sh"
 
-# Node-local staging (issue 15): the relocatable environment and its packed image.
-# shellcheck source=scripts/common/install/pack.sh
-source "${BASH_SOURCE[0]%/*}/pack.sh"
+# The Python half of the engine (lxpu_engine/, standard library only), next to this file.
+_lxpu_engine_dir="$(cd -- "${BASH_SOURCE[0]%/*}" && pwd)"
 
 # The installer back ends (uv or pip), next to this file.
 # shellcheck source=scripts/common/install/installer.sh
@@ -896,6 +895,56 @@ _lxpu_byte_compile() {
 	printf '%s\n' "$failed" | sed '/^$/d' >"$_lxpu_env/share/lightning-xpu/bytecompile-failures.txt"
 	grep -q '/site-packages/lightning_xpu/' <<<"$failed" && _lxpu_fail "lightning_xpu itself does not compile"
 	return 0
+}
+
+# ---- node-local staging (issue 15): the relocatable environment and its packed image, lxpu_engine/pack.py ----
+
+# _lxpu_engine PYTHON MODULE ARGS...: lxpu_engine.MODULE on PYTHON, writing no bytecode into the checkout.
+_lxpu_engine() {
+	local py="$1" module="$2"
+	shift 2
+	PYTHONPATH="$_lxpu_engine_dir" "$py" -B -m "lxpu_engine.$module" "$@" {_lxpu_lock_fd}>&-
+}
+
+# Before the smoke job, which then tests the environment as it will be packed.
+_lxpu_pack_relocatable() {
+	[[ "$_lxpu_env_manager" == venv ]] || return 0
+	_lxpu_say "+ make the environment relocatable: script launchers and activate find their own directory"
+	_lxpu_run install -m 0755 "$_lxpu_source/scripts/common/stage/lightning-xpu-stage" "$_lxpu_env/bin/"
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_engine "$_lxpu_py" pack relocatable "$_lxpu_env"
+}
+
+# The image is written and checked while the smoke job runs (about a third of a warm install's time on 2 cores):
+# the smoke job writes nothing into the environment but smoke.json, which the image leaves out, and bytecode
+# (PYTHONDONTWRITEBYTECODE there). Its output goes to a file that step 9 prints; a failed or interrupted install
+# stops it, and everything it started, before the build is removed (_lxpu_pack_stop, from the exit trap).
+_lxpu_pack_start() {
+	[[ "$_lxpu_dry_run" != 1 ]] || return 0
+	_lxpu_pack_output="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.pack.log"
+	PYTHONPATH="$_lxpu_engine_dir" "$_lxpu_py" -B -m lxpu_engine.pack make "$_lxpu_env" "$LXPU_SITE" "$_lxpu_tag" \
+		>"$_lxpu_pack_output" 2>&1 {_lxpu_lock_fd}>&- &
+	_lxpu_pack_pid=$!
+}
+
+_lxpu_pack() {
+	_lxpu_step "pack the environment for node-local staging"
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_say "+ $(_lxpu_quote "$_lxpu_py" -m lxpu_engine.pack make "$_lxpu_env" "$LXPU_SITE" "$_lxpu_tag") (during the smoke job)"
+		return 0
+	fi
+	local status=0
+	wait "$_lxpu_pack_pid" || status=$?
+	_lxpu_pack_pid=""
+	cat "$_lxpu_pack_output"
+	rm -f "$_lxpu_pack_output"
+	[[ "$status" == 0 ]] || _lxpu_fail "writing the packed image failed (exit $status; see above)"
+}
+
+_lxpu_pack_stop() {
+	[[ -n "${_lxpu_pack_pid:-}" ]] || return 0
+	kill "$_lxpu_pack_pid" 2>/dev/null || true
+	wait "$_lxpu_pack_pid" 2>/dev/null
+	_lxpu_pack_pid=""
 }
 
 # The environment as the setup script and modulefile give it, in a subshell.
