@@ -1,5 +1,5 @@
 """Node-local staging (issue 15) without a cluster: lightning-xpu-stage on a small stand-in environment, and the
-install engine's packing decisions (scripts/common/install/pack.sh) on stand-in environments.
+install engine's packing decisions (scripts/common/install/lxpu_engine/pack.py) on stand-in environments.
 
 The stand-in environment has what lightning-xpu-stage reads (share/lightning-xpu/pack/pack.env and the image)
 and a `python` that reports where it runs from; the real environment is staged and run in the two-host test
@@ -14,6 +14,7 @@ import io
 import os
 import shlex
 import subprocess
+import sys
 import tarfile
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE = REPO / "scripts" / "common" / "stage" / "lightning-xpu-stage"
-ENGINE = REPO / "scripts" / "common" / "install" / "engine.sh"
+ENGINE = REPO / "scripts" / "common" / "install"
 TAG = "9.9-cpu"
 # The stand-in interpreter: prints the directory it runs from and the variables staging sets.
 PYTHON = """#!/bin/sh
@@ -293,14 +294,9 @@ def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) 
 # ---- the engine's packing decisions ----------------------------------------------------------------------------
 
 def _refusal(env_dir: Path) -> str:
-    script = f"""
-        source {shlex.quote(str(ENGINE))}
-        _lxpu_env={shlex.quote(str(env_dir))}
-        _lxpu_site_packages="$_lxpu_env/lib/python3.11/site-packages"
-        _lxpu_pack_refusal
-    """
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
-                          env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run([sys.executable, "-B", "-m", "lxpu_engine.pack", "refusal", str(env_dir)],
+                          capture_output=True, text=True, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ENGINE)})
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -23,10 +23,6 @@ LXPU_ENGINE_CONTRACT=4
 # --rollback, the free-space check), next to this file.
 _LXPU_ENGINE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# Node-local staging (issue 15): the relocatable environment and its packed image.
-# shellcheck source=scripts/common/install/pack.sh
-source "${BASH_SOURCE[0]%/*}/pack.sh"
-
 # The installer back ends (uv or pip), next to this file.
 # shellcheck source=scripts/common/install/installer.sh
 source "$(dirname "${BASH_SOURCE[0]}")/installer.sh"
@@ -905,6 +901,57 @@ _lxpu_byte_compile() {
 	return 0
 }
 
+# ---- node-local staging (issue 15): the relocatable environment and its packed image, lxpu_engine/pack.py ----
+
+# _lxpu_engine_on PYTHON MODULE ARGS...: lxpu_engine.MODULE on PYTHON (the environment's own: no engine state),
+# writing no bytecode into the checkout.
+_lxpu_engine_on() {
+	local py="$1" module="$2"
+	shift 2
+	PYTHONPATH="$_LXPU_ENGINE_DIR" "$py" -B -m "lxpu_engine.$module" "$@" {_lxpu_lock_fd}>&-
+}
+
+# Before the smoke job, which then tests the environment as it will be packed.
+_lxpu_pack_relocatable() {
+	[[ "$_lxpu_env_manager" == venv ]] || return 0
+	_lxpu_say "+ make the environment relocatable: script launchers and activate find their own directory"
+	_lxpu_run install -m 0755 "$_lxpu_source/scripts/common/stage/lightning-xpu-stage" "$_lxpu_env/bin/"
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_engine_on "$_lxpu_py" pack relocatable "$_lxpu_env"
+}
+
+# The image is written and checked while the smoke job runs (about a third of a warm install's time on 2 cores):
+# the smoke job writes nothing into the environment but smoke.json, which the image leaves out, and bytecode
+# (PYTHONDONTWRITEBYTECODE there). Its output goes to a file that step 9 prints; a failed or interrupted install
+# stops it, and everything it started, before the build is removed (_lxpu_pack_stop, from the exit trap).
+_lxpu_pack_start() {
+	[[ "$_lxpu_dry_run" != 1 ]] || return 0
+	_lxpu_pack_output="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.pack.log"
+	PYTHONPATH="$_LXPU_ENGINE_DIR" "$_lxpu_py" -B -m lxpu_engine.pack make "$_lxpu_env" "$LXPU_SITE" "$_lxpu_tag" \
+		>"$_lxpu_pack_output" 2>&1 {_lxpu_lock_fd}>&- &
+	_lxpu_pack_pid=$!
+}
+
+_lxpu_pack() {
+	_lxpu_step "pack the environment for node-local staging"
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_say "+ $(_lxpu_quote "$_lxpu_py" -m lxpu_engine.pack make "$_lxpu_env" "$LXPU_SITE" "$_lxpu_tag") (during the smoke job)"
+		return 0
+	fi
+	local status=0
+	wait "$_lxpu_pack_pid" || status=$?
+	_lxpu_pack_pid=""
+	cat "$_lxpu_pack_output"
+	rm -f "$_lxpu_pack_output"
+	[[ "$status" == 0 ]] || _lxpu_fail "writing the packed image failed (exit $status; see above)"
+}
+
+_lxpu_pack_stop() {
+	[[ -n "${_lxpu_pack_pid:-}" ]] || return 0
+	kill "$_lxpu_pack_pid" 2>/dev/null || true
+	wait "$_lxpu_pack_pid" 2>/dev/null
+	_lxpu_pack_pid=""
+}
+
 # The environment as the setup script and modulefile give it, in a subshell: `lightning-xpu validate --level smoke`.
 _lxpu_smoke() {
 	_lxpu_step "run the smoke job"
@@ -943,117 +990,16 @@ _lxpu_write_manifest() {
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	printf '%s\n' "${_lxpu_timings[@]}" >"$share/steps.tsv"
 	[[ -z "$_lxpu_log" ]] || cp "$_lxpu_log" "$share/install.log"
-	"$_lxpu_py" - "$_lxpu_env/manifest.json" <<PY {_lxpu_lock_fd}>&-
-import hashlib, importlib.metadata as md, json, os, pwd, socket, sys, time
-from pathlib import Path
-
-env = Path($(_lxpu_pystr "$_lxpu_env"))
-share = env / "share" / "lightning-xpu"
-
-def norm(name):
-    return name.lower().replace("_", "-").replace(".", "-")
-
-report_hashes = {}
-report = share / "pip-report.json"
-if report.exists():
-    for item in json.loads(report.read_text()).get("install", []):
-        archive = item.get("download_info", {}).get("archive_info", {})
-        sha = archive.get("hashes", {}).get("sha256") or archive.get("hash", "").partition("sha256=")[2]
-        if sha:
-            report_hashes[norm(item["metadata"]["name"])] = sha
-# Without pip's report (uv), a hash-checked lock says which file each pin came from, when it lists one hash.
-lock_hashes = {}
-if $(_lxpu_pystr "$_lxpu_lock_path") and not report.exists() and (share / "requirements.txt").is_file():
-    import re
-    # (continuation lines joined; chr(92) is a backslash, spelled so that this unquoted here-document keeps it)
-    text = (share / "requirements.txt").read_text().replace(chr(92) + chr(10), " ")
-    for line in text.splitlines():
-        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)(.*)", line.strip())
-        found = re.findall(r"--hash=sha256:([0-9a-f]{64})", match.group(3)) if match else []
-        if len(found) == 1:
-            lock_hashes[norm(match.group(1))] = (match.group(2), found[0])
-wheels = {}
-for wheel in (share / "wheels").glob("*.whl"):
-    wheels[norm(wheel.name.split("-")[0])] = hashlib.sha256(wheel.read_bytes()).hexdigest()
-packages = {}
-for dist in md.distributions():
-    name = dist.metadata["Name"]
-    if not name or norm(name) in packages:
-        continue  # the first on sys.path wins, as at import time
-    location = Path(str(dist.locate_file(""))).resolve()
-    entry = {"name": name, "version": dist.version,
-             "from": "environment" if env.resolve() in location.parents or location == env.resolve() else "base-python"}
-    pinned, locked_sha = lock_hashes.get(norm(name), ("", ""))
-    sha = report_hashes.get(norm(name)) or wheels.get(norm(name)) or (locked_sha if pinned == dist.version else "")
-    if sha:
-        entry["sha256"] = sha
-    packages[norm(name)] = entry
-steps = []
-for line in (share / "steps.tsv").read_text().splitlines():
-    if line.strip():
-        n, name, seconds = line.split("\t")
-        steps.append({"step": int(n), "name": name, "seconds": float(seconds)})
-failures = (share / "bytecompile-failures.txt").read_text().splitlines()
-manifest = {
-    "schema": 1,
-    "status": "installed",
-    "tag": $(_lxpu_pystr "$_lxpu_tag"),
-    "recipe": {
-        "torch": $(_lxpu_pystr "$LXPU_VERSION"),
-        "site": $(_lxpu_pystr "$LXPU_SITE"),
-        "variant": $(_lxpu_pystr "$_lxpu_variant"),
-        "lightning": $(_lxpu_pystr "$LXPU_LIGHTNING_VERSION"),
-        "python": $(_lxpu_pystr "$_lxpu_python_version"),
-        "hash": $(_lxpu_pystr "$LXPU_RECIPE_HASH"),
-    },
-    "inputs_hash": $(_lxpu_pystr "$_lxpu_inputs_hash"),
-    "repository": {"path": $(_lxpu_pystr "$_lxpu_source"), "commit": $(_lxpu_pystr "$_lxpu_commit")},
-    "build_id": $(_lxpu_pystr "$_lxpu_build_id"),
-    "prefix": $(_lxpu_pystr "$_lxpu_prefix"),
-    "env_path": str(env),
-    "env_manager": $(_lxpu_pystr "$_lxpu_env_manager"),
-    "python": {"executable": sys.executable, "version": sys.version.split()[0]},
-    "base_python": ({"path": $(_lxpu_pystr "$_lxpu_base_python"), "torch": $(_lxpu_pystr "${_lxpu_base_torch:-}")}
-                    if $(_lxpu_pystr "$_lxpu_base_python") else None),
-    "sources": {
-        "mode": $(_lxpu_pystr "$_lxpu_sources_mode"),
-        "pip_options": $(_lxpu_pylist "${_lxpu_pip_options[@]}"),
-        "lock_file": $(_lxpu_pystr "$_lxpu_lock_path") or None,
-        "require_hashes": bool($(_lxpu_pystr "$_lxpu_lock_path")),
-    },
-    "installer": {"name": $(_lxpu_pystr "$_lxpu_installer"), "version": $(_lxpu_pystr "$_lxpu_installer_version"),
-                  "why": $(_lxpu_pystr "$_lxpu_installer_why")},
-    "shared_group": $(_lxpu_pystr "$_lxpu_shared_group") or None,
-    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    "host": socket.gethostname(),
-    "user": pwd.getpwuid(os.getuid()).pw_name,
-    "scheduler_job": os.environ.get("SLURM_JOB_ID") or os.environ.get("PBS_JOBID"),
-    "packages": sorted(packages.values(), key=lambda p: p["name"].lower()),
-    "steps": steps,
-    "bytecompile_failures": failures,
-    "smoke": json.loads((share / "smoke.json").read_text()),
-    "pack": json.loads((share / "pack" / "pack.json").read_text()) if (share / "pack" / "pack.json").exists() else None,
-}
-tmp = Path(sys.argv[1] + ".tmp")
-tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-os.replace(tmp, sys.argv[1])
-PY
-}
-
-# Python string literal of a shell string (via JSON, which Python reads as a literal).
-_lxpu_pystr() {
-	local s="$1"
-	s="${s//\\/\\\\}"
-	s="${s//\"/\\\"}"
-	s="${s//$'\n'/\\n}"
-	s="${s//$'\t'/\\t}"
-	printf '"%s"' "$s"
-}
-
-_lxpu_pylist() {
-	local item out=""
-	for item in "$@"; do out+="$(_lxpu_pystr "$item"), "; done
-	printf '[%s]' "${out%, }"
+	local option options=()
+	for option in "${_lxpu_pip_options[@]}"; do options+=("--pip-option=$option"); done
+	_lxpu_engine_on "$_lxpu_py" manifest "$_lxpu_env" "--tag=$_lxpu_tag" "--torch=$LXPU_VERSION" "--site=$LXPU_SITE" \
+		"--variant=$_lxpu_variant" "--lightning=$LXPU_LIGHTNING_VERSION" "--python=$_lxpu_python_version" \
+		"--recipe-hash=$LXPU_RECIPE_HASH" "--inputs-hash=$_lxpu_inputs_hash" "--repository=$_lxpu_source" \
+		"--commit=$_lxpu_commit" "--build-id=$_lxpu_build_id" "--prefix=$_lxpu_prefix" \
+		"--env-manager=$_lxpu_env_manager" "--base-python=$_lxpu_base_python" "--base-torch=${_lxpu_base_torch:-}" \
+		"--sources-mode=$_lxpu_sources_mode" "${options[@]}" "--lock-file=$_lxpu_lock_path" \
+		"--installer=$_lxpu_installer" "--installer-version=$_lxpu_installer_version" \
+		"--installer-why=$_lxpu_installer_why" "--shared-group=$_lxpu_shared_group"
 }
 
 # Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only.
