@@ -84,9 +84,17 @@ def run_worker(context: Context, args: list[str], ranks: int = 1, launcher: list
     # Output goes to files, not pipes: a full pipe would stall a rank (and with it every other rank).
     logs = [out / f"output-{index}.log" for index in range(len(launches))]
     procs = []
+    # Local ranks run in the scratch directory, with this process's lightning_xpu first on their path: `-m` puts the
+    # working directory first, where a checkout's lightning_xpu would shadow the one being validated. Launched ranks
+    # keep both (the other nodes may lack the scratch path).
+    cwd = None if launcher is not None else context.workdir
+    if cwd is not None:
+        here = str(Path(__file__).resolve().parents[2])
+        launches = [(argv, {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, environ.get("PYTHONPATH")]))})
+                    for argv, environ in launches]
     for (argv, environ), log in zip(launches, logs):
         with open(log, "w") as sink:
-            procs.append(subprocess.Popen(argv, env=environ, stdout=sink, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(argv, env=environ, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT))
     outputs = []
     for proc, log in zip(procs, logs):
         try:

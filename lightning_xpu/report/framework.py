@@ -38,7 +38,9 @@ from lightning_xpu.report.oneccl import oneccl_variables
 
 NO_XPU = "no Intel GPU"
 INJECT_VARIABLE = "LIGHTNING_XPU_SMOKE_INJECT_FAILURE"
-LEVELS = ("smoke", "site")
+# Each level and the module that registers its checks (imported when the level is asked for).
+LEVEL_MODULES = {"smoke": "lightning_xpu.report.smoke", "site": "lightning_xpu.report.checks"}
+LEVELS = tuple(LEVEL_MODULES)
 # Launcher variables a local launch must not inherit from the batch script (else Lightning takes it for srun, and
 # the smoke job would test the job's task layout instead of the environment).
 LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "PMIX_", "PALS_", "OMPI_", "HYDRA_", "TORCHELASTIC_", "PBS_")
@@ -125,7 +127,7 @@ def checks_of(level: str) -> list[ValidationCheck]:
     """The registered checks of a level, in the order they run (importing the module that defines them)."""
     if level not in REGISTRY:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    __import__("lightning_xpu.report.smoke" if level == "smoke" else "lightning_xpu.report.checks")
+    __import__(LEVEL_MODULES[level])
     return REGISTRY[level]
 
 

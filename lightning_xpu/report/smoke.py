@@ -47,9 +47,12 @@ def smoke(name: str, gate: bool = False, parallel_on_cpu: bool = False) -> Any:
     return check(name, needs_xpu=False, level="smoke", gate=gate, parallel_on_cpu=parallel_on_cpu)
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+def run(context: Context, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """A local process in the scratch directory (never a checkout whose lightning_xpu would shadow the environment's,
+    never the user's working directory)."""
     try:
-        return subprocess.run(cmd, env=local_env(), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+        return subprocess.run(cmd, env=local_env(), cwd=context.workdir, capture_output=True, text=True,
+                              timeout=SUBPROCESS_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise CheckFailed(f"timed out after {SUBPROCESS_TIMEOUT_S} s: {' '.join(cmd)}") from exc
 
@@ -114,10 +117,10 @@ def check_devices(context: Context) -> Outcome:
 
 
 @smoke("autoload_hook")
-def check_autoload(_: Context) -> Outcome:
+def check_autoload(context: Context) -> Outcome:
     """A fresh interpreter has lightning_xpu loaded by the lightning_xpu-autoload.pth hook."""
     # A fresh interpreter that imports nothing itself: only the .pth hook can load lightning_xpu.
-    result = run([sys.executable, "-c", "import sys; print('lightning_xpu' in sys.modules)"])
+    result = run(context, [sys.executable, "-c", "import sys; print('lightning_xpu' in sys.modules)"])
     if result.returncode != 0 or result.stdout.strip() != "True":
         raise CheckFailed(
             "the lightning_xpu-autoload.pth hook did not load lightning_xpu at interpreter start"
@@ -157,9 +160,9 @@ def installed_here(project: str) -> bool:
 
 
 @smoke("pip_check", parallel_on_cpu=True)
-def check_pip(_: Context) -> Outcome:
+def check_pip(context: Context) -> Outcome:
     """`pip check` finds no broken requirement of a package in this environment."""
-    result = run([sys.executable, "-m", "pip", "check"])
+    result = run(context, [sys.executable, "-m", "pip", "check"])
     if result.returncode == 0:
         return Outcome(result.stdout.strip() or "no broken requirements",
                        {"problems": [], "summary": result.stdout.strip()})
@@ -235,7 +238,7 @@ def run_fit(context: Context, name: str, accelerator: str, devices: int, strateg
     with tempfile.TemporaryDirectory(prefix=f"lxpu-smoke-{name}-", dir=context.workdir) as out:
         cmd = [sys.executable, str(toy_fit_script()), "--out", out, "--accelerator", accelerator,
                "--devices", str(devices), "--strategy", strategy]
-        result = run(cmd)
+        result = run(context, cmd)
         reports = [json.loads(path.read_text()) for path in sorted(Path(out).glob("rank-*.json"))]
     if result.returncode != 0:
         raise CheckFailed(f"toy fit exited {result.returncode}: {tail(result.stderr, 15, chr(10))}")

@@ -148,7 +148,7 @@ def test_dry_run_prints_every_step_and_creates_nothing(
         "--require-hashes -r",
         "--wheel --no-build-isolation",
         "compileall",
-        "-m lightning_xpu validate --level smoke --json",
+        "/bin/lightning-xpu validate --level smoke --json",
         "mv -T",
         "lightning_xpu-autoload.pth",
         f"lightning-setup-{h.TAG}.sh",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 from lightning_grid import TRAINER_PACKAGES, newest_lightning_only
 
+from lightning_xpu.report.framework import free_port, local_env
 from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,19 +31,13 @@ NAMESPACES = pytest.mark.parametrize("namespace", [
     pytest.param(package.split(".")[0], marks=[] if index == 0 else [newest_lightning_only])
     for index, package in enumerate(TRAINER_PACKAGES)
 ])
-# Variables of outer launchers that would make Lightning think another launcher started these processes.
-LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "PMIX_", "OMPI_", "PALS_", "MPI_LOCAL", "TORCHELASTIC_", "HYDRA_", "PBS_")
-LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
-                  "MASTER_PORT", "LIGHTNING_XPU_DISABLE")
 
 
 def clean_environment() -> dict[str, str]:
-    environment = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in LAUNCHER_NAMES and not name.startswith(LAUNCHER_PREFIXES)
-    }
-    environment["OMP_NUM_THREADS"] = "1"
+    """Without the variables of outer launchers that would make Lightning think another launcher started these
+    processes (the validation checks' local launches drop the same), and with lightning_xpu enabled."""
+    environment = local_env(OMP_NUM_THREADS="1")
+    environment.pop("LIGHTNING_XPU_DISABLE", None)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return environment
 
@@ -107,12 +101,6 @@ with open(out, "w") as handle:
 dist.barrier()
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @NAMESPACES

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lightning_xpu.report import FAIL, PASS, SKIP, Check, Report
+from lightning_xpu.report.framework import LEVELS
 from lightning_xpu.report.markdown import render
 from lightning_xpu.report.model import environment_tag, environment_variant, relevant_environment, versions
 from lightning_xpu.report.schema import SchemaError, check_report, errors, load_schema
@@ -54,6 +55,10 @@ def test_the_schema_names_each_violation(change, problem) -> None:
     change(data)
     with pytest.raises(SchemaError, match=problem.replace("[", r"\[").replace("$", r"\$").replace("(", r"\(")):
         check_report(data)
+
+
+def test_the_schema_knows_the_framework_levels() -> None:
+    assert load_schema()["properties"]["level"]["enum"] == list(LEVELS)
 
 
 def test_a_report_that_breaks_the_schema_is_not_written(tmp_path: Path) -> None:

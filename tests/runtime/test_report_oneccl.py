@@ -79,12 +79,18 @@ def test_outside_a_check_nothing_is_recorded(tmp_path: Path) -> None:
 @newest_lightning_only
 def test_real_ranks_capture_their_variables_after_init(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two real worker ranks (gloo): each reports its own local rank and the CCL_* variables it inherited, read
-    inside the rank once its process group exists; a launcher variable of the surrounding job is not among them."""
+    inside the rank once its process group exists; a launcher variable of the surrounding job is not among them.
+    Started from a checkout-like working directory, they still run the lightning_xpu being validated."""
+    checkout = tmp_path / "checkout"
+    (checkout / "lightning_xpu").mkdir(parents=True)
+    (checkout / "lightning_xpu" / "__init__.py").write_text("raise ImportError('a checkout shadowed the install')\n")
+    monkeypatch.chdir(checkout)
     for name in [name for name in os.environ if name.startswith("CCL_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("CCL_ATL_TRANSPORT", "ofi")
     monkeypatch.setenv("PMI_RANK", "7")  # the batch job's: a local launch drops it
-    context = Context("cpu", 2, tmp_path)
+    context = Context("cpu", 2, tmp_path / "scratch")
+    context.workdir.mkdir()
 
     def launched(ctx: Context) -> str:
         env = local_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(checks.free_port()))

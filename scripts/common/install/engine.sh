@@ -952,13 +952,14 @@ _lxpu_pack_stop() {
 	_lxpu_pack_pid=""
 }
 
-# The environment as the setup script and modulefile give it, in a subshell: `lightning-xpu validate --level smoke`.
+# The environment as the setup script and modulefile give it, in a subshell: `lightning-xpu validate --level smoke`
+# (its console script: `python -m` would import a lightning_xpu from the working directory, a checkout's).
 _lxpu_smoke() {
 	_lxpu_step "run the smoke job"
 	local share="$_lxpu_env/share/lightning-xpu" args=()
-	args=(-m lightning_xpu validate --level smoke --json "$share/smoke.json")
+	args=("$_lxpu_env/bin/lightning-xpu" validate --level smoke --json "$share/smoke.json")
 	[[ "$_lxpu_variant" != xpu ]] || args+=(--require-xpu)
-	printf '+ %s\n' "$(_lxpu_quote "$_lxpu_py" "${args[@]}")"
+	printf '+ %s\n' "$(_lxpu_quote "${args[@]}")"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
 	local status=0
 	(
@@ -968,7 +969,7 @@ _lxpu_smoke() {
 		export PATH="$_lxpu_env/bin:$PATH" LIGHTNING_XPU_ROOT="$_lxpu_env" PYTHONDONTWRITEBYTECODE=1
 		export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$_lxpu_tag"
 		if [[ "$_lxpu_env_manager" == conda ]]; then export CONDA_PREFIX="$_lxpu_env"; else export VIRTUAL_ENV="$_lxpu_env"; fi
-		exec "$_lxpu_py" "${args[@]}" {_lxpu_lock_fd}>&-
+		exec "${args[@]}" {_lxpu_lock_fd}>&-
 	) || status=$?
 	[[ "$status" == 0 ]] || _lxpu_fail "the smoke job failed (exit $status): $(_lxpu_smoke_failures "$share/smoke.json")"
 }
