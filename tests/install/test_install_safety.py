@@ -171,15 +171,20 @@ def start(pre: Prebuilt, prefix: Path, output: Path, *args: str, **env: str) -> 
     )
 
 
-@pytest.mark.parametrize("op", PUBLISH_OPS)
-def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
-    b = target(prefix)
+def kill_before(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    """A --force install killed (kill -9 of its process group) just before publishing operation OP."""
     pause = tmp_path / "pause"
     pause.touch()
     output = tmp_path / "job.out"
     proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT=op, LXPU_TEST_PAUSE_FILE=str(pause))
     h.wait_for_text(output, f"test pause before {op} ", proc, timeout=120)
     h.kill_group(proc)
+
+
+@pytest.mark.parametrize("op", PUBLISH_OPS)
+def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    kill_before(op, pre, prefix, tmp_path)
     # Right after the kill -9: one published complete build, and the rollback build recorded in it exists.
     current = target(prefix)
     published_before_kill = PUBLISH_OPS.index(op) > PUBLISH_OPS.index("rename")
@@ -551,12 +556,7 @@ def test_real_directory_at_previous_is_never_removed(pre: Prebuilt, prefix: Path
 def test_leftovers_of_kills_are_reclaimed_and_named(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
     b = target(prefix)
     # A kill after the manifest, before publishing: a complete build that was never published.
-    pause = tmp_path / "pause"
-    pause.touch()
-    output = tmp_path / "job.out"
-    proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT="record", LXPU_TEST_PAUSE_FILE=str(pause))
-    h.wait_for_text(output, "test pause before record ", proc, timeout=120)
-    h.kill_group(proc)
+    kill_before("record", pre, prefix, tmp_path)
     (unpublished,) = set(h.kept_env_dirs(prefix)) - {b, recorded_previous(prefix, b)}
     # A --prune killed half-way through removing a build, and a uv bootstrap killed half-way.
     removing = prefix / ".envs" / f".removing.{h.TAG}.20000101T000000-1"
