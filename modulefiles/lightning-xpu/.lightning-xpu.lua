@@ -104,7 +104,8 @@ local root = pathJoin(prefix, tag)
 -- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
 -- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
 -- during the job changes nothing for it, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps
--- installs, --prune and --uninstall from removing that build while this job or shell lives.
+-- installs, --prune and --uninstall from removing that build while this job or shell lives: in bash and zsh the
+-- shell (and every process it starts) holds a shared flock on it, which the installer tests.
 do
   local function follow(path)
     for _ = 1, 8 do
@@ -122,6 +123,10 @@ do
     root = follow(root)
   end
   local build = root:match("/%.envs/([^/]+)$")
+  if mode() == "unload" and (myShellName() == "bash" or myShellName() == "zsh") then
+    execute{cmd = "[ -z \"${__lxpu_lease_fd:-}\" ] || { exec {__lxpu_lease_fd}<&-; unset __lxpu_lease_fd; }",
+      modeA = {"unload"}}
+  end
   if mode() == "load" and build and isFile(pathJoin(root, "bin/python")) then
     local function first_line(path)
       local f = io.open(path, "r")
@@ -150,13 +155,18 @@ do
     end
     local leases = pathJoin(prefix, ".leases")
     if not isDir(leases) then lfs.mkdir(leases) end
-    local f = io.open(pathJoin(leases, build .. "@" .. host .. "." .. name), "w")
+    local lease = pathJoin(leases, build .. "@" .. host .. "." .. name)
+    local f = io.open(lease, "w")
     if f then
       f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\ncluster="
-        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\npid_start="
-        .. (stat_fields(pid)[20] or "") .. "\nuser=" .. (os.getenv("USER") or "") .. "\ncreated="
-        .. os.time() .. "\nwhat=module\n")
+        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\nuser=" .. (os.getenv("USER") or "")
+        .. "\ncreated=" .. os.time() .. "\nwhat=module\n")
       f:close()
+      if myShellName() == "bash" or myShellName() == "zsh" then
+        execute{cmd = "{ chmod go-w " .. quoted(lease) .. " && exec {__lxpu_lease_fd}<" .. quoted(lease)
+          .. " && flock -s \"$__lxpu_lease_fd\" && echo held=flock >>" .. quoted(lease) .. "; } 2>/dev/null || :",
+          modeA = {"load"}}
+      end
     else
       LmodMessage("lightning-xpu/" .. tag .. ": warning: cannot record a lease in " .. leases
         .. ": a --prune or --uninstall may remove " .. build .. " while you use it")

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -170,15 +171,20 @@ def start(pre: Prebuilt, prefix: Path, output: Path, *args: str, **env: str) -> 
     )
 
 
-@pytest.mark.parametrize("op", PUBLISH_OPS)
-def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
-    b = target(prefix)
+def kill_before(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    """A --force install killed (kill -9 of its process group) just before publishing operation OP."""
     pause = tmp_path / "pause"
     pause.touch()
     output = tmp_path / "job.out"
     proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT=op, LXPU_TEST_PAUSE_FILE=str(pause))
     h.wait_for_text(output, f"test pause before {op} ", proc, timeout=120)
     h.kill_group(proc)
+
+
+@pytest.mark.parametrize("op", PUBLISH_OPS)
+def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    kill_before(op, pre, prefix, tmp_path)
     # Right after the kill -9: one published complete build, and the rollback build recorded in it exists.
     current = target(prefix)
     published_before_kill = PUBLISH_OPS.index(op) > PUBLISH_OPS.index("rename")
@@ -471,3 +477,153 @@ def test_running_torchrun_job_survives_two_rebuilds(good_install: h.GoodInstall,
     result = run(pre, prefix, "--prune", "--keep", "0")
     assert result.returncode == 0 and "removed 2 build(s)" in result.last_line, result.output
     assert h.env_dirs(prefix) == [original]
+
+
+# ---- never delete what is in use, without reading other users' processes (issue 19, item 7) ----
+
+
+def start_nohup_job(prefix: Path, umask: str = "022") -> tuple[int, int]:
+    """A login shell that sources the setup script, starts a training 'job' with nohup and exits: (shell pid,
+    job pid). The job outlives the shell, as on a login node."""
+    script = (
+        f"umask {umask}\nsource {h.q(prefix / f'lightning-setup-{h.TAG}.sh')}\n"
+        'nohup sleep 300 >/dev/null 2>&1 &\necho "$$ $!"\n'
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None), capture_output=True, text=True,
+        timeout=60, start_new_session=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shell, job = (int(word) for word in done.stdout.split())
+    return shell, job
+
+
+def test_nohup_job_whose_shell_exited_keeps_its_build(pre: Prebuilt, prefix: Path) -> None:
+    b = target(prefix)
+    shell, job = start_nohup_job(prefix)
+    try:
+        for _ in range(2):
+            assert run(pre, prefix, "--force").returncode == 0
+        result = run(pre, prefix, "--prune", "--keep", "0")
+        assert result.returncode == 0, result.output
+        assert f"keeping {b}: in use: process {shell} on " in result.output, result.output
+        assert b in builds(prefix) and (prefix / ".envs" / b / "bin" / "python").exists()
+    finally:
+        os.kill(job, signal.SIGKILL)  # its lock goes with it
+    result = run(pre, prefix, "--prune", "--keep", "0")
+    assert result.returncode == 0 and b not in builds(prefix), result.output
+
+
+def test_leases_are_never_world_writable(pre: Prebuilt, prefix: Path) -> None:
+    _, job = start_nohup_job(prefix, umask="000")
+    try:
+        commands = ["umask 000"]
+        if h.lmod_available():
+            commands.append(h.with_module(prefix, "true"))
+        for command in commands:
+            done = h.bash(command, env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None))
+            assert done.returncode == 0, done.stderr
+        pause = prefix.parent / "pause"
+        pause.touch()
+        output = prefix.parent / "install.out"
+        proc = start(pre, prefix, output, "--force", LXPU_TEST_PAUSE_AT="rename", LXPU_TEST_PAUSE_FILE=str(pause))
+        h.wait_for_text(output, "test pause before rename ", proc, timeout=120)
+        leases = {lease.name: (lease.stat().st_mode, lease.read_text()) for lease in (prefix / ".leases").iterdir()}
+        pause.unlink()
+        assert proc.wait(timeout=120) == 0, output.read_text()
+    finally:
+        os.kill(job, signal.SIGKILL)
+    kinds = {line.split("=", 1)[1] for _, text in leases.values() for line in text.splitlines() if "what=" in line}
+    assert {"setup-script", "install"} | ({"module"} if h.lmod_available() else set()) <= kinds, kinds
+    writable = [f"{name} {mode:o}" for name, (mode, _) in leases.items() if mode & 0o002]
+    assert writable == [], writable
+
+
+def test_real_directory_at_previous_is_never_removed(pre: Prebuilt, prefix: Path) -> None:
+    a = recorded_previous(prefix, target(prefix))
+    assert run(pre, prefix, "--rollback").returncode == 0 and recorded_previous(prefix, a) == ""
+    previous = prefix / ".envs" / f"{h.TAG}.previous"
+    assert not previous.exists() and not previous.is_symlink()
+    previous.mkdir()
+    (previous / "results.csv").write_text("someone's work\n")
+    for args in ((), ("--force",), ("--prune", "--keep", "0"), ("--uninstall",)):
+        result = run(pre, prefix, *args)
+        assert result.returncode == 0, result.output
+        assert f"{previous} is a directory, not the link this installer keeps there" in result.output, result.output
+        assert (previous / "results.csv").read_text() == "someone's work\n", args
+
+
+def test_leftovers_of_kills_are_reclaimed_and_named(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    b = target(prefix)
+    # A kill after the manifest, before publishing: a complete build that was never published.
+    kill_before("record", pre, prefix, tmp_path)
+    (unpublished,) = set(h.kept_env_dirs(prefix)) - {b, recorded_previous(prefix, b)}
+    # A --prune killed half-way through removing a build, and a uv bootstrap killed half-way.
+    removing = prefix / ".envs" / f".removing.{h.TAG}.20000101T000000-1"
+    (removing / "lib").mkdir(parents=True)
+    uv_tree = prefix / ".tools" / ".tmp.uv-0.0.1.999999999"
+    (uv_tree / "uv").mkdir(parents=True)
+    result = run(pre, prefix)
+    assert result.returncode == 0, result.output
+    assert f"removing leftover {removing} (a build a killed run was removing)" in result.output
+    assert f"removing leftover {uv_tree} (the uv bootstrap of a killed run)" in result.output
+    assert not removing.exists() and not uv_tree.exists()
+    assert f"keeping the complete build {prefix}/.envs/{unpublished}: a killed install never published it" in (
+        result.output
+    )
+    assert "removed 2 half-removed or temporary tree(s) of killed runs" in result.last_line
+    assert unpublished in builds(prefix), "an install removed a complete build"
+    result = run(pre, prefix, "--prune", "--keep", "5")
+    assert result.returncode == 0, result.output
+    assert f"{unpublished} (" not in result.last_line and unpublished not in builds(prefix), result.output
+    assert "a killed install never published it" in result.output
+    assert_consistent(prefix)
+
+
+def test_prune_under_hidepid_keeps_another_users_build(pre: Prebuilt, tmp_path: Path) -> None:
+    """/proc mounted with hidepid=2 (common on login nodes): the pruner, another user, cannot see the job's
+    processes. The job's lease is live all the same (its shell holds the lease's flock)."""
+    h.require(os.geteuid() == 0, "root (a second user and a private /proc mount)")
+    mount = "mount -t proc -o hidepid=2 proc /proc"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True, text=True)
+    h.require(probe.returncode == 0, f"unshare -m and {mount}: {probe.stderr.strip()}")
+    # Everything the other user reads, where it can read it (pytest's own temporary directories are private).
+    work = Path(tempfile.mkdtemp(prefix="lxpu-hidepid-"))
+    try:
+        work.chmod(0o755)
+        shutil.copytree(pre.template, work / "prefix", symlinks=True)
+        shutil.copytree(pre.source, work / "source", symlinks=True)
+        shutil.copy(pre.job, work / "job.sh")
+        prefix = work / "prefix"
+        b = target(prefix)
+        holder = subprocess.Popen(
+            ["bash", "-c", f"source {h.q(prefix / f'lightning-setup-{h.TAG}.sh')} && echo ready && exec sleep 300"],
+            stdout=subprocess.PIPE, text=True, env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None),
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+            for _ in range(2):
+                assert run(pre, prefix, "--force").returncode == 0
+            subprocess.run(["chown", "-R", "nobody:", str(prefix)], check=True)
+            pruner = (
+                f'{mount} && exec setpriv --reuid=nobody --regid=nogroup --clear-groups sh -c '
+                f'"test ! -e /proc/{holder.pid} || exit 99; exec \\"\\$@\\"" sh "$@"'
+            )
+            job = [
+                "bash", str(work / "job.sh"), "--prefix", str(prefix), "--source", str(work / "source"),
+                "--pip-source", "system", "--installer", "pip", "--prune", "--keep", "0",
+            ]  # fmt: skip
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "LIGHTNING_XPU_PACK": "0"}
+            done = subprocess.run(["unshare", "-m", "sh", "-c", pruner, "sh", *job], env=env,
+                                  capture_output=True, text=True, timeout=300)  # fmt: skip
+            output = done.stdout + done.stderr
+            assert done.returncode != 99, "hidepid=2 did not hide the job's process from the pruner"
+            assert done.returncode == 0, output
+            assert f"keeping {b}: in use: process {holder.pid} on " in output, output
+            assert b in builds(prefix) and (prefix / ".envs" / b / "bin").is_dir()
+        finally:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

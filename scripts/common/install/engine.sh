@@ -1081,7 +1081,7 @@ lxpu_main() {
 	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
 	# shared with lxpu_engine (_LXPU_STATE)
 	_lxpu_action=install _lxpu_keep="" _lxpu_older_than="" _lxpu_notes=() _lxpu_noop=0 _lxpu_current=""
-	_lxpu_lease_file="" _lxpu_version="$LXPU_VERSION" _lxpu_pid=$$ _lxpu_lock_t0="" _lxpu_engine_python=""
+	_lxpu_lease_file="" _lxpu_lease_fd="" _lxpu_version="$LXPU_VERSION" _lxpu_pid=$$ _lxpu_lock_t0="" _lxpu_engine_python=""
 	_lxpu_state_dir=""
 
 	trap _lxpu_on_exit EXIT
@@ -1249,6 +1249,13 @@ _lxpu_lock() {
 		again=(again)
 	done
 	((status == 0)) || exit "$status"
+	# The install's own lease, held from the moment it exists: this shell and every child it starts hold its shared
+	# flock for the whole run (lxpu_engine/leases.py), which is what tells other runs that it is live.
+	_lxpu_lease_file="$_lxpu_prefix/.leases/${_lxpu_env##*/}@$(uname -n).install-$$"
+	mkdir -p "$_lxpu_prefix/.leases"
+	exec {_lxpu_lease_fd}>>"$_lxpu_lease_file"
+	flock -s "$_lxpu_lease_fd"
+	_lxpu_engine publish locked || exit
 }
 
 # Publishing (lxpu_engine/publish.py has the operations and their order): the record in the new build, the

@@ -34,7 +34,7 @@ _lxpu_setup_contract() {
 _lxpu_setup() {
   local tag="$2" install_job="$3" variant="$4" me="lightning-setup-$2.sh"
   local here root old modules_file name entries
-  local target hops lease_dir host lease job start
+  local target hops lease_dir host lease job fd
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
   root="$here/$tag"
   # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
@@ -57,12 +57,14 @@ _lxpu_setup() {
     elif [ -n "${PBS_JOBID:-}" ]; then
       job="pbs:$PBS_JOBID" lease="pbs-$PBS_JOBID"
     fi
-    start=$(sed 's/.*) //' "/proc/$$/stat" 2>/dev/null | cut -d' ' -f20)
-    if ! { mkdir -p -- "$lease_dir" &&
-      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\npid_start=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
-        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "$start" "${USER:-}" "$(date +%s)" \
-        >"$lease_dir/${root##*/}@$host.$lease"; } 2>/dev/null; then
+    lease="$lease_dir/${root##*/}@$host.$lease"
+    if ! { mkdir -p -- "$lease_dir" && (umask 022 &&
+      printf 'build=%s\nhost=%s\njob=%s\ncluster=%s\npid=%s\nuser=%s\ncreated=%s\nwhat=setup-script\n' \
+        "${root##*/}" "$host" "$job" "${SLURM_CLUSTER_NAME:-}" "$$" "${USER:-}" "$(date +%s)" >"$lease"); } 2>/dev/null; then
       echo "$me: warning: cannot record a lease in $lease_dir: a --prune or --uninstall may remove ${root##*/} while you use it" >&2
+    else
+      # This shell and every process it starts (a nohup job that outlives it, too) hold the lease's shared flock.
+      { exec {fd}<"$lease" && flock -s "$fd" && echo held=flock >>"$lease"; } 2>/dev/null || :
     fi
   fi
   # END build pinning and lease

@@ -11,8 +11,9 @@ import re
 import time
 
 from lxpu_engine.builds import builds, complete, recorded_previous, size_of
+from lxpu_engine.cleanup import install_leases, remove_build, unpublished
 from lxpu_engine.leases import live_leases, remove_stale_leases
-from lxpu_engine.links import check_previous, set_link
+from lxpu_engine.links import check_previous, real_directory, set_link
 from lxpu_engine.state import State, bad_input, fail, run, say
 
 
@@ -56,6 +57,12 @@ def _remove_unprotected(state: State) -> tuple[list[str], list[str]]:
     for name in builds(state):
         if not complete(state, name):
             continue  # incomplete: in flight (leased), or a leftover (removed under the lock)
+        if unpublished(state, name) and not _protected(state, name):
+            say(f"removing {state.envs}/{name} ({size_of(state, name)}): a killed install never published it")
+            remove_build(state, name)
+            run(state, "rm", "-f", *install_leases(state, name))
+            removed.append(name)
+            continue
         n += 1
         why = ""
         if keep and n <= int(keep):
@@ -68,7 +75,7 @@ def _remove_unprotected(state: State) -> tuple[list[str], list[str]]:
             kept.append(f"{name} ({why})")
         else:
             say(f"removing {state.envs}/{name} ({size_of(state, name)})")
-            run(state, "rm", "-rf", f"{state.envs}/{name}")
+            remove_build(state, name)
             removed.append(name)
     return removed, kept
 
@@ -84,7 +91,8 @@ def uninstall(state: State) -> str:
     # New loads stop first; jobs that loaded a build keep it through their lease.
     setup = f"{state.prefix}/{os.path.basename(state['setup_file'])}"
     modulefile = f"{state.prefix}/modulefiles/{state['module']}.lua"
-    run(state, "rm", "-f", setup, modulefile, f"{state.prefix}/{state.tag}", f"{state.envs}/{state.tag}.previous")
+    links = [f"{state.prefix}/{state.tag}", f"{state.envs}/{state.tag}.previous"]
+    run(state, "rm", "-f", setup, modulefile, *[link for link in links if not real_directory(link)])
     state.set("current", "")
     removed, kept = _remove_unprotected(state)
     result = f"uninstalled (setup script, modulefile and links removed; removed {len(removed)} build(s)"

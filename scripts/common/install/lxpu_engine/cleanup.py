@@ -13,8 +13,48 @@ import os
 import shutil
 
 from lxpu_engine.builds import builds, complete, follow
-from lxpu_engine.leases import drop_install_lease, live_leases
+from lxpu_engine.leases import drop_install_lease, lease_live, live_leases
 from lxpu_engine.state import State, remove_quietly, run, say
+
+
+def remove_build(state: State, name: str) -> None:
+    """Remove a build: first renamed out of the builds (one atomic rename), then deleted, so a kill half-way leaves
+    no half-deleted tree under a build's name (which the manifest would still call complete), only a
+    .removing.<build> the next run removes."""
+    trash = f"{state.envs}/.removing.{name}"
+    run(state, "mv", "-T", f"{state.envs}/{name}", trash)
+    run(state, "rm", "-rf", trash)
+
+
+def install_leases(state: State, name: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*.install-*"))
+
+
+def unpublished(state: State, name: str) -> bool:
+    """A complete build an install left with its (stale) install lease, a build its install never got to publish:
+    a finished install drops its lease, and a run removes the stale install leases of its published build only."""
+    leases = install_leases(state, name)
+    return bool(leases) and not any(lease_live(state, path)[0] for path in leases)
+
+
+def _reclaim(state: State, paths: list[str], what: str) -> int:
+    for path in paths:
+        say(f"removing leftover {path} ({what})")
+        run(state, "rm", "-rf", path)
+    return len(paths)
+
+
+def _dead_run_trees(state: State, pattern: str) -> list[str]:
+    """Temporary trees named <...>.<pid> whose install (a lease .install-<pid> on any tag) no longer runs."""
+    found = []
+    for path in sorted(glob.glob(pattern)):
+        pid = path.rsplit(".", 1)[-1]
+        if pid == state["pid"]:
+            continue
+        leases = glob.glob(glob.escape(f"{state.prefix}/.leases/") + f"*.install-{pid}")
+        if not any(lease_live(state, lease)[0] for lease in leases):
+            found.append(path)
+    return found
 
 
 def remove_leftovers(state: State) -> int:
@@ -22,6 +62,10 @@ def remove_leftovers(state: State) -> int:
     envs, tag = state.envs, state.tag
     if not os.path.isdir(envs):
         return 0
+    trees = _reclaim(state, sorted(glob.glob(glob.escape(f"{envs}/.removing.{tag}.") + "*")), "a build a killed run was removing")  # noqa: E501
+    trees += _reclaim(state, _dead_run_trees(state, glob.escape(f"{state.prefix}/.tools/.tmp.uv-") + "*"), "the uv bootstrap of a killed run")  # noqa: E501
+    if trees:
+        state.note(f"removed {trees} half-removed or temporary tree(s) of killed runs", quietly=True)
     resolved = follow(f"{envs}/{tag}.previous")
     previous = os.path.basename(resolved) if resolved is not None else ""
     own = state.tmp("")
@@ -40,17 +84,19 @@ def remove_leftovers(state: State) -> int:
             continue
         if complete(state, name):
             kept += 1
+            if unpublished(state, name):
+                say(f"keeping the complete build {envs}/{name}: a killed install never published it (--prune removes it)")  # noqa: E501
             continue
         leases = live_leases(state, name)
         if leases:
             say(f"keeping the incomplete build {envs}/{name}: in use or in flight ({'; '.join(leases)})")
             continue
-        install_leases = sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*.install-*"))
-        if not install_leases:
+        if not install_leases(state, name):
             say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)")  # noqa: E501
             continue
         say(f"removing leftover {envs}/{name} (an incomplete build of a killed run; no lease holds it)")
-        run(state, "rm", "-rf", f"{envs}/{name}", *sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*")))  # noqa: E501
+        remove_build(state, name)
+        run(state, "rm", "-f", *sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*")))
         state.note(f"removed the leftover {name} of a killed run", quietly=True)
     return kept
 

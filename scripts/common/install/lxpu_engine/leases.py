@@ -1,13 +1,17 @@
 """Leases: <prefix>/.leases/<build>@<host>.<job>, recorded by `module load`, the setup script and the install job.
 
-A lease is live while its Slurm/PBS job is queued or running, or, outside a scheduler, while its process lives on
-its host; a lease from another host without a scheduler is live until its age limit
-(LIGHTNING_XPU_LEASE_MAX_AGE_DAYS, 7 days). Key=value lines: build, host, job (slurm:ID, pbs:ID or empty),
-cluster, pid, pid_start, user, created, what (module, setup-script, install).
+A lease is live while its Slurm/PBS job is queued or running (the scheduler says so), or, outside a scheduler on
+its host, while any process holds the shared flock its holder took on the lease file (`held=flock`): the shell that
+ran `module load` or the setup script, or the install job, and every child they start inherit it, so a `nohup` job
+whose login shell exited keeps its lease. Nothing here reads other users' processes (/proc may hide them:
+hidepid=2). A lease from another host without a scheduler is live until its age limit
+(LIGHTNING_XPU_LEASE_MAX_AGE_DAYS, 7 days). Key=value lines: build, host, job (slurm:ID, pbs:ID or empty), cluster,
+pid, user, created, what (module, setup-script, install), and held=flock once its holder holds the lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import grp
 import os
@@ -24,15 +28,32 @@ def host() -> str:
     return os.uname().nodename
 
 
-def pid_start(pid: str) -> str:
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot): tells a live process from a reused pid."""
+def held(path: str) -> bool | None:
+    """Does a process hold the lease's shared flock? (None: the file cannot be opened here.) An exclusive lock
+    taken and dropped at once tells, without looking at anyone's processes."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return ""
-    fields = stat.rpartition(") ")[2].split()
-    return fields[19] if len(fields) > 19 else ""
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def pid_exists(pid: str) -> bool:
+    """A lease without the flock (an older installer's, or a shell without flock(1)): its process id alone, asked
+    with signal 0, which hidepid does not hide (a reused id keeps such a lease live: the safe side)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def slurm_cluster(state: State) -> str:
@@ -68,7 +89,7 @@ def lease_live(state: State, path: str) -> tuple[bool, str]:
     """Is the lease live, and why (one line)."""
     lease = read_lease(path)
     lease_host, job, cluster = lease.get("host", ""), lease.get("job", ""), lease.get("cluster", "")
-    pid, started, created = lease.get("pid", ""), lease.get("pid_start", ""), lease.get("created", "")
+    pid, created = lease.get("pid", ""), lease.get("created", "")
     what = "no scheduler job"
     # A job of another Slurm cluster sharing this file system cannot be asked about here: the age rule below.
     if job.startswith("slurm:") and cluster and cluster != slurm_cluster(state):
@@ -94,9 +115,12 @@ def lease_live(state: State, path: str) -> tuple[bool, str]:
             return False, f"PBS job {job_id} has ended"
         return True, f"PBS job {job_id} on {lease_host} (qstat failed: {out.replace(chr(10), ' ')}; treated as live)"
     if lease_host == host() and re.fullmatch(r"[0-9]+", pid):
-        if started and pid_start(pid) == started:
+        holding = held(path) if lease.get("held") == "flock" else pid_exists(pid)
+        if holding:
             return True, f"process {pid} on {lease_host}"
-        return False, f"process {pid} on {lease_host} has ended"
+        if holding is not None:
+            return False, f"process {pid} on {lease_host} has ended"
+        what = "its lease cannot be read here"
     # Another host and no scheduler job: nothing here can see that process. Live until the age limit.
     max_days = os.environ.get("LIGHTNING_XPU_LEASE_MAX_AGE_DAYS") or "7"
     if not re.fullmatch(r"[0-9]+", created):
@@ -130,10 +154,15 @@ def live_leases(state: State, build: str) -> list[str]:
 
 
 def remove_stale_leases(state: State) -> None:
-    """Remove stale leases of this tag (bookkeeping files, reported as a count)."""
+    """Remove stale leases of this tag (bookkeeping files, reported as a count). A stale install lease of a build
+    that exists and is not the published one stays: it marks a build its install never published (for --prune,
+    which removes both)."""
     count = 0
     for path in _files(glob.escape(f"{state.prefix}/.leases/{state.tag}.") + "*@*"):
         if lease_live(state, path)[0]:
+            continue
+        build, _, holder = os.path.basename(path).partition("@")
+        if ".install-" in holder and build != state["current"] and os.path.isdir(f"{state.envs}/{build}"):
             continue
         if state.dry:
             say(f"+ rm {quote(path)} (stale lease)")
@@ -159,7 +188,8 @@ def make_leases_dir(state: State) -> None:
 
 def take_install_lease(state: State) -> None:
     """The install job's own lease on the build it is making, so that nothing (not even a second install whose
-    lock file was deleted) removes a build in flight."""
+    lock file was deleted) removes a build in flight. The driver made the file (state `lease_file`) and holds its
+    shared flock for the whole run (engine.sh _lxpu_lock); this writes what it says."""
     # The cluster is looked up once, here, and only when a lease names one: `scontrol show config` waits out its
     # message timeout (about 10 s) where no controller answers.
     for path in _files(glob.escape(f"{state.prefix}/.leases/") + "*"):
@@ -171,16 +201,13 @@ def take_install_lease(state: State) -> None:
         job = f"slurm:{os.environ['SLURM_JOB_ID']}"
     if os.environ.get("PBS_JOBID"):
         job = f"pbs:{os.environ['PBS_JOBID']}"
-    me = host()
-    path = f"{state.prefix}/.leases/{state.env_name}@{me}.install-{state['pid']}"
-    state.set("lease_file", path)
     make_leases_dir(state)
     fields = {
-        "build": state.env_name, "host": me, "job": job, "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""),
-        "pid": state["pid"], "pid_start": pid_start(state["pid"]), "user": pwd.getpwuid(os.getuid()).pw_name,
-        "created": str(int(time.time())), "what": "install",
+        "build": state.env_name, "host": host(), "job": job, "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""),
+        "pid": state["pid"], "user": pwd.getpwuid(os.getuid()).pw_name, "created": str(int(time.time())),
+        "what": "install", "held": "flock",
     }  # fmt: skip
-    with open(path, "w") as handle:
+    with open(state["lease_file"], "w") as handle:
         handle.write("".join(f"{key}={value}\n" for key, value in fields.items()))
 
 

@@ -68,9 +68,17 @@ def check_links(state: State) -> None:
     check_previous(state)
 
 
+def real_directory(path: str) -> bool:
+    """A directory, not a link: never a link this installer made, so never removed or replaced by it."""
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
 def check_previous(state: State, quiet: bool = False) -> None:
     """.envs/<tag>.previous is derived from the rollback record inside the published build."""
     previous, current = f"{state.envs}/{state.tag}.previous", state["current"]
+    if real_directory(previous):
+        warn(f"{previous} is a directory, not the link this installer keeps there: it is left as it is (move it away to get the rollback link back)")  # noqa: E501
+        return
     raw = os.readlink(previous) if os.path.islink(previous) else ""
     expected = ""
     recorded = recorded_previous(state, current) if current else None

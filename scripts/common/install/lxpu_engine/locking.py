@@ -5,7 +5,9 @@ and waits for any other install of the tag whose lease is live (that one still h
 
 The driver opens the lock file (it must hold the descriptor for the whole run) and passes its number; a lock on
 it taken here stays with the driver's open file when this process ends. When the file at the path was replaced
-while we waited, `lock` exits with RELOCK and the driver opens the new one and calls again.
+while we waited, `lock` exits with RELOCK and the driver opens the new one and calls again. Holding the lock,
+the driver creates its install lease and takes the lease's shared flock (so the lease is held from the moment it
+exists), then calls `locked`.
 """
 
 from __future__ import annotations
@@ -85,10 +87,14 @@ def lock(state: State, again: bool) -> int:
         time.sleep(1)
     with open(lockfile, "w") as handle:
         handle.write(f"pid {state['pid']} host {host()} since {since}\n")
+    return 0
+
+
+def locked(state: State) -> None:
+    """Under the lock, once the driver holds its lease file: the lease, then the links, then the leftovers."""
     take_install_lease(state)
     check_links(state)
     remove_leftovers(state)
-    return 0
 
 
 def _stat(path: str) -> tuple[int, int] | None:

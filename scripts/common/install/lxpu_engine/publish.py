@@ -28,7 +28,7 @@ from lxpu_engine.builds import complete
 from lxpu_engine.cleanup import cleanup_failed_build, finish, remove_leftovers
 from lxpu_engine.leases import remove_stale_leases
 from lxpu_engine.links import check_previous, share_link
-from lxpu_engine.locking import lock
+from lxpu_engine.locking import lock, locked
 from lxpu_engine.space import check_space
 from lxpu_engine.state import State, Stop, fail, run, say
 
@@ -111,7 +111,9 @@ def main(argv: list[str]) -> int:
             return lock(state, again=args == ["again"])
         if command == "complete":
             return 0 if complete(state, args[0]) else 1
-        if command == "test-hook":
+        if command == "locked":
+            locked(state)
+        elif command == "test-hook":
             test_hook(state, args[0])
         elif command == "record":
             record(state)
