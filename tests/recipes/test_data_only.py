@@ -36,6 +36,7 @@ GUIDE = REPO / "docs/administrators.md"
 # recipes have no lock to refresh but the one the retired or unchanged versions keep), and the recipes stage
 # runs once, after all four procedures.
 NOT_RUN_HERE = ("render.py lock", "ci/test.sh")
+PYTHON = os.environ.get("LXPU_PYTHON", "python")
 # The nested stage runs this file too: that copy must not start another copy.
 NESTED = "LXPU_DATA_ONLY_NESTED"
 
@@ -121,8 +122,7 @@ def follow(name: str, repo: Path, **placeholders: str) -> None:
         assert "<" not in line.replace("<<", ""), f"{name}: unfilled placeholder in {line!r}"
         if any(skipped in line for skipped in NOT_RUN_HERE):
             continue
-        python = os.environ.get("LXPU_PYTHON", "python")
-        command = re.sub(r"^python(3)? ", f"{python} ", line)
+        command = re.sub(r"^python(3)? ", f"{PYTHON} ", line)
         done = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{name}: {line}\n{(done.stdout + done.stderr)[-3000:]}"
 
@@ -142,6 +142,12 @@ def listed(repo: Path) -> dict[str, dict[str, dict[str, object]]]:
     done = run_render_process("list", "--json", repo=repo)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def _in_copy(repo: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ARGS in the copy, marked as nested so that the copy's own run of this file skips this test."""
+    env = {**os.environ, NESTED: "1"}
+    return subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="already inside the data-only copy")
@@ -172,38 +178,11 @@ def test_the_guides_procedures_are_data_only(tmp_path: Path, recipes: Recipes) -
     new_job = (repo / f"scripts/{NEW_SITE}/install_lightning_{NEW_MINOR}.sh").read_text()
     assert "#PBS -l walltime=01:00:00" in new_job and f"lightning=={_NEWEST.lightning}" in new_job
 
-    env = {**os.environ, NESTED: "1"}
-    stage = subprocess.run(
-        ["bash", "ci/test.sh", "--offline", "--stage", "recipes"],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    stage = _in_copy(repo, "bash", "ci/test.sh", "--offline", "--stage", "recipes", timeout=900)
     assert stage.returncode == 0, (stage.stdout + stage.stderr)[-6000:]
     assert re.search(r"^recipes +passed ", stage.stdout, re.MULTILINE), stage.stdout[-3000:]
-    docs = subprocess.run(
-        [
-            os.environ.get("LXPU_PYTHON", "python"),
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/docs/test_site_lists.py",
-            "tests/docs/test_docs_conventions.py",
-            "-k",
-            "not ci_entry_point",
-        ],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    docs_tests = ("tests/docs/test_site_lists.py", "tests/docs/test_docs_conventions.py", "-k", "not ci_entry_point")
+    docs = _in_copy(repo, PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *docs_tests, timeout=300)
     assert docs.returncode == 0, (docs.stdout + docs.stderr)[-6000:]
     # Nothing changed but the data and the renders (the retired version's renders and locks are gone).
     renders = re.compile(r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/|recipes/locks/)")
