@@ -124,7 +124,8 @@ def make_source(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, dest / name)
-    for name in ("lightning_xpu", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools"):
+    copied = ("lightning_xpu", "bin", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools", "recipes/rendered")
+    for name in copied:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, dest / name, ignore=ignore)
     if not (dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua").is_file():

@@ -123,7 +123,9 @@ def test_new_version_and_site_are_data_only(tmp_path: Path, recipes: Recipes) ->
     assert stage.returncode == 0, (stage.stdout + stage.stderr)[-6000:]
     assert re.search(r"^recipes +passed ", stage.stdout, re.MULTILINE), stage.stdout[-3000:]
     # Nothing changed but the data and the renders.
-    renders = re.compile(r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/)")
+    renders = re.compile(
+        r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/|recipes/rendered/)"
+    )
     changed = sorted(
         relative
         for relative in _checkout_files(repo)

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# lightning-xpu install engine: the one bash library behind every rendered install job
-# (scripts/<site>/install_lightning_<ver>.sh). The job sets the recipe's data (LXPU_* variables, see
-# docs/architecture.md), finds the repository (LXPU_SOURCE), sources this file, checks that
-# LXPU_ENGINE_CONTRACT equals the LXPU_CONTRACT it was rendered for, and calls lxpu_main "$@". This file defines
-# functions only, besides the contract version; its own names start with _lxpu_.
+# lightning-xpu install engine: the bash half of the install driver behind every rendered install job
+# (scripts/<site>/install_lightning_<ver>.sh). The job runs bin/lightning-xpu-admin install --site S --version V;
+# lxpu_engine/cli.py reads the recipe's data (recipes/rendered/install-data.json, lxpu_engine/jobdata.py) and runs
+# this file with it set as the LXPU_* variables, then lxpu_main "$@". This file defines functions only; its own
+# names start with _lxpu_.
 #
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
@@ -13,11 +13,6 @@
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
 # Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are Python, in lxpu_engine/
 # next to this file (run by _lxpu_engine; the bash side of them is the last section of this file).
-
-# The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
-# LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
-# shellcheck disable=SC2034  # read by the job
-LXPU_ENGINE_CONTRACT=4
 
 # The engine's Python package (lxpu_engine/: publishing, leases, links, cleanup, the lock, --prune/--uninstall/
 # --rollback, the free-space check), next to this file.
