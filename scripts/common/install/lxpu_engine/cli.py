@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from lxpu_engine.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDataError, load, shell_assignments
+from lxpu_engine.steps import shell_steps
 
 PROG = "lightning-xpu-admin"
 # The bash half of the install driver, sourced with the recipe's data.
@@ -87,6 +88,7 @@ def install(action: str, argv: list[str]) -> int:
     flag = ACTIONS[action]
     program = (
         shell_assignments(data)
+        + shell_steps()
         + f"source {shlex.quote(str(source / ENGINE_SH))}\n"
         + 'lxpu_main "$@"\n'
     )
