@@ -444,6 +444,8 @@ _lxpu_validate() {
 	[[ "$_lxpu_prefix" != *:* && "$_lxpu_prefix" != *$'\n'* ]] ||
 		_lxpu_bad_input "--prefix must not contain ':' or a newline (it goes into MODULEPATH): pick another directory"
 	[[ ! -e "$_lxpu_prefix" || -d "$_lxpu_prefix" ]] || _lxpu_bad_input "--prefix $_lxpu_prefix exists and is not a directory"
+	! _lxpu_is_repo "$_lxpu_prefix" ||
+		_lxpu_bad_input "--prefix $_lxpu_prefix is a lightning-xpu repository checkout: install into another directory (e.g. --prefix $_lxpu_prefix-install)"
 	if [[ -e "$_lxpu_prefix/$_lxpu_tag" && ! -L "$_lxpu_prefix/$_lxpu_tag" ]]; then
 		_lxpu_bad_input "$_lxpu_prefix/$_lxpu_tag exists and is not a symlink made by this installer: move it away or pick another --prefix"
 	fi
@@ -485,6 +487,10 @@ _lxpu_validate_environment() {
 print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base_prefix)' 2>/dev/null)" ||
 			_lxpu_bad_input "--base-python $_lxpu_base_python has no torch: pick a Python with torch installed, or drop --base-python"
 		read -r _lxpu_python_version _lxpu_base_torch _lxpu_base_is_venv <<<"$_lxpu_base_info"
+		local base_minor
+		base_minor="$(printf '%s' "${_lxpu_base_torch%%+*}" | cut -d. -f1,2)"
+		[[ "$base_minor" == "$LXPU_VERSION" ]] ||
+			_lxpu_bad_input "--base-python $_lxpu_base_python has torch $_lxpu_base_torch, not PyTorch $LXPU_VERSION: run install_lightning_$base_minor.sh with it, or pick a Python with torch $LXPU_VERSION"
 		_lxpu_python="$_lxpu_base_python"
 		return 0
 	fi
