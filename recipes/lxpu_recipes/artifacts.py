@@ -173,6 +173,8 @@ class Renderer:
         for name in version.variants:
             entry = self._job_variant(version, name, site)
             entry.update(
+                variant=name,
+                setup_name=version.names(name).setup_path.rsplit("/", 1)[-1],
                 minor=version.minor,
                 torch=version.torch,
                 lightning=version.lightning,
