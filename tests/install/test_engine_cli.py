@@ -84,3 +84,14 @@ def test_the_renderer_runs_through_the_command(tmp_path: Path) -> None:
     done = _admin("list", env=h.job_env(PATH=f"{bare}:/usr/bin:/bin"))
     assert done.returncode == 2
     assert done.stderr.endswith("install the renderer's packages (pip install jinja2 packaging)\n"), done.stderr
+
+
+def test_an_unknown_site_or_version_is_one_line_with_the_known_ones() -> None:
+    jobs = json.loads((h.REPO / "recipes/rendered/install-data.json").read_text())["jobs"]
+    sites = sorted({key.split("/")[0] for key in jobs})
+    done = _admin("install", "--site", h.SITE[:-1], "--version", h.VERSION)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"no site '{h.SITE[:-1]}': did you mean '{h.SITE}'? (sites: {', '.join(sites)})" in done.stderr
+    done = _admin("install", "--site", h.SITE, "--version", "0.0")
+    assert done.returncode == 2 and f"site {h.SITE} has no PyTorch 0.0 (versions: " in done.stderr
+    assert len(done.stderr.splitlines()) == 1

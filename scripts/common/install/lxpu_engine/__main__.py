@@ -4,4 +4,7 @@ import sys
 
 from lxpu_engine.cli import main
 
-sys.exit(main(sys.argv[1:]))
+try:
+    sys.exit(main(sys.argv[1:]))
+except BrokenPipeError:  # the reader went away (| head): nothing left to say
+    sys.exit(1)

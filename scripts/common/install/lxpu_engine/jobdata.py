@@ -8,6 +8,7 @@ the names or their meaning, then render again (the renderer reads it from this f
 
 from __future__ import annotations
 
+import difflib
 import json
 import shlex
 from pathlib import Path
@@ -37,9 +38,24 @@ def load(source: Path, site: str, version: str) -> dict[str, Any]:
     jobs: dict[str, dict[str, Any]] = document.get("jobs", {})
     key = f"{site}/{version}"
     if key not in jobs:
-        known = ", ".join(sorted(jobs)) or "none"
-        raise JobDataError(f"no recipe for site/version {key} in {path} (known: {known}): pick one of those")
+        sites = sorted({known.split("/")[0] for known in jobs})
+        versions = sorted(
+            {known.split("/")[1] for known in jobs if known.startswith(f"{site}/")},
+            key=lambda minor: tuple(int(part) for part in minor.split(".")),
+        )
+        if site not in sites:
+            raise JobDataError(f"no site '{site}'{_close(site, sites)} (sites: {', '.join(sites)}): check --site")
+        raise JobDataError(
+            f"site {site} has no PyTorch {version}{_close(version, versions)} (versions: {', '.join(versions)}): "
+            "check --version"
+        )
     return jobs[key]
+
+
+def _close(word: str, known: list[str]) -> str:
+    """", did you mean 'x'" for a near miss (a typo), else nothing."""
+    match = difflib.get_close_matches(word, known, n=1)
+    return f": did you mean '{match[0]}'?" if match else ""
 
 
 def _array(values: list[str]) -> str:
