@@ -13,7 +13,7 @@ from typing import Any
 from .envnames import names_set_in
 from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
-from .recipes import ENGINE, Recipes
+from .recipes import INSTALL_DATA, SHIM, Recipes
 from .sites import Site
 from .templating import make_environment, render
 
@@ -162,6 +162,55 @@ class Renderer:
             "module": names.module,
         }
 
+    def job_data(self, version: Version, site: Site) -> dict[str, Any]:
+        """The recipe's data of one (version, site) job, read by the engine from the rendered data file
+        (INSTALL_DATA): what the install job held as bash variables, plus per variant what its modulefile and
+        setup script say (lxpu_engine/tagfiles.py TagData)."""
+        site_modules, modules_left_out = site.modules_for(version)
+        site_env = self._render("site-env.sh.j2", {"site": site})
+        legacy = self.recipes.matrix.legacy_line(version)
+        variants = {}
+        for name in version.variants:
+            entry = self._job_variant(version, name, site)
+            entry.update(
+                variant=name,
+                setup_name=version.names(name).setup_path.rsplit("/", 1)[-1],
+                minor=version.minor,
+                torch=version.torch,
+                lightning=version.lightning,
+                backend=version.backend,
+                notes=version.notes,
+                legacy=legacy,
+                siblings=[version.tag(other) for other in version.variants],
+                install_job=install_script(version.minor),
+                variant_description=version.variants[name].description,
+                body_contract=int(self.recipes.body_contract()),
+                setup_contract=int(self.recipes.library_contract()),
+            )
+            variants[name] = entry
+        return {
+            "script": install_script(version.minor),
+            "version": version.minor,
+            "lightning": version.lightning,
+            "legacy": legacy,
+            "recipe_hash": self.recipe_hash(version, site),
+            "conda_channels": list(self.recipes.matrix.conda_channels),
+            "site": site.name,
+            "scheduler": site.scheduler,
+            "default_variant": site.default_variant,
+            "default_prefix": site.default_prefix,
+            "env_manager": site.env_manager,
+            "modules": list(site_modules),
+            "modules_left_out": list(modules_left_out),
+            "python_module": site.python_module,
+            "build_tools": [tool.requirement("") for tool in self.recipes.matrix.tools],
+            "site_env": site_env.splitlines(),
+            "variants": variants,
+            "module_body": MODULEFILE_BODY,
+            "setup_library": SETUP_LIBRARY,
+            "setup_library_name": SETUP_LIBRARY_NAME,
+        }
+
     def pair(self, version: Version, site: Site, variants: list[str] | None = None) -> list[Artifact]:
         """Every artifact of (version, site); per-variant files only for `variants` (all when None)."""
         chosen = variants if variants is not None else list(version.variants)
@@ -177,27 +226,15 @@ class Renderer:
         self._check_names("site-env.sh.j2", site_env)
         for text in setups.values():
             self._check_names("lightning-setup.sh.j2", text)
-        shared = {"version": version, "site": site, "recipe_hash": self.recipe_hash(version, site)}
-        site_modules, modules_left_out = site.modules_for(version)
         install = self._render(
             "install_lightning.sh.j2",
             {
-                **shared,
+                "version": version,
+                "site": site,
                 "script": install_script(version.minor),
-                "legacy": self.recipes.matrix.legacy_line(version),
-                "engine": ENGINE,
                 "contract": self.recipes.engine_contract(),
-                "conda_channels": self.recipes.matrix.conda_channels,
-                "variants": [self._job_variant(version, n, site) for n in version.variants],
-                "shared_code": {
-                    "modulefile_body": MODULEFILE_BODY,
-                    "setup_library": SETUP_LIBRARY,
-                    "setup_library_name": SETUP_LIBRARY_NAME,
-                },
-                "site_env": site_env.splitlines(),
-                "site_modules": site_modules,
-                "modules_left_out": modules_left_out,
-                "build_tools": [tool.requirement("") for tool in self.recipes.matrix.tools],
+                "shim": SHIM,
+                "data_file": INSTALL_DATA,
             },
         )
         scripts = f"scripts/{site.name}"

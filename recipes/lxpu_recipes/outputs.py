@@ -4,6 +4,7 @@ check that compares the committed renders with a fresh render."""
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import subprocess
 import tempfile
@@ -13,11 +14,13 @@ from . import handwritten
 from .artifacts import Artifact, Renderer, repository_modulerc
 from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, Version
+from .recipes import INSTALL_DATA
 from .sites import Site
 
 # The committed renders this renderer owns. scripts/common/ is written by hand (the engine, toy_fit.py), except
 # its setup/ directory.
 COMMITTED_PATTERNS = (
+    INSTALL_DATA,
     "scripts/*/install_lightning_*.sh",
     "scripts/common/setup/lightning-setup-*.sh",
     "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
@@ -41,6 +44,16 @@ def render_selection(
                 if previous is not None and previous.content != artifact.content:
                     raise RecipeError(f"{artifact.path}: renders differently for different sites")
                 by_path[artifact.path] = artifact
+    data = {
+        f"{site.name}/{version.minor}": renderer.job_data(version, site) for version in versions for site in sites
+    }
+    by_path[INSTALL_DATA] = Artifact(
+        INSTALL_DATA,
+        json.dumps({"contract": int(renderer.recipes.engine_contract()), "jobs": data}, indent=1)
+        + "\n",
+        False,
+        True,
+    )
     tags = [
         version.tag(name)
         for version in versions

@@ -11,9 +11,13 @@ from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, VARIANT_NAMES, Matrix, Version, load_matrix
 from .sites import Site, load_sites
 
-# The install engine every job sources from the repository, and the line that states its data contract.
+# The install engine every job calls through the shim, the module that states the data contract between the jobs,
+# the rendered data file and the engine, and that data file (every site x version, written by `render`).
 ENGINE = "scripts/common/install/engine.sh"
-_CONTRACT = re.compile(r"^LXPU_ENGINE_CONTRACT=([0-9]+)$", re.MULTILINE)
+SHIM = "bin/lightning-xpu-admin"
+ENGINE_DATA = "scripts/common/install/lxpu_engine/jobdata.py"
+INSTALL_DATA = "recipes/rendered/install-data.json"
+_CONTRACT = re.compile(r"^CONTRACT = ([0-9]+)$", re.MULTILINE)
 # The shared code behind the thin modulefiles and setup scripts, and the lines that state their contracts.
 _BODY_CONTRACT = re.compile(r"^local CONTRACT = ([0-9]+)$", re.MULTILINE)
 _LIBRARY_CONTRACT = re.compile(r"^  local contract=([0-9]+)$", re.MULTILINE)
@@ -54,7 +58,7 @@ class Recipes:
     def engine_contract(self) -> str:
         """The contract version the engine states; rendered into every job, which refuses another engine."""
         return self._contract(
-            ENGINE, _CONTRACT, "the install engine every job sources", "LXPU_ENGINE_CONTRACT=<number>"
+            ENGINE_DATA, _CONTRACT, "the install engine's data contract", "CONTRACT = <number>"
         )
 
     def body_contract(self) -> str:

@@ -31,7 +31,10 @@ LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
 # The engine's step count, read from the engine (one place for it): steps are "[n/N] name ...".
-STEP_TOTAL = int(re.search(r"_lxpu_step_total=(\d+)", (REPO / "scripts/common/install/engine.sh").read_text())[1])
+sys.path.insert(0, str(REPO / "scripts/common/install"))
+from lxpu_engine.steps import INSTALL_STEPS  # noqa: E402  # the declared step list numbers the steps
+
+STEP_TOTAL = len(INSTALL_STEPS)
 # The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (names
 # read from recipes/lxpu_recipes/matrix.py, their one place).
 _NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
@@ -124,7 +127,9 @@ def make_source(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, dest / name)
-    for name in ("lightning_xpu", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools"):
+    copied = ("lightning_xpu", "bin", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools")
+    copied += ("recipes/rendered",)
+    for name in copied:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, dest / name, ignore=ignore)
     if not (dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua").is_file():

@@ -74,6 +74,11 @@ BAD_INPUTS = {
         ["--installer", "uv", "--base-python", h.base_python()],
         "--installer uv cannot build over --base-python",
     ),
+    # Nothing installed: an uninstall or a rollback says so instead of reporting success or creating the prefix.
+    "uninstall-nothing": (["--uninstall"], f"--uninstall: nothing is installed as {h.TAG} in "),
+    "rollback-no-prefix": (["--rollback"], "does not exist, so nothing is installed there: check --prefix"),
+    # The README's clone is ~/lightning-xpu: installing into the checkout itself is refused.
+    "prefix-is-the-checkout": (["--prefix", str(h.REPO)], "is a lightning-xpu repository checkout: install into"),
 }
 
 
@@ -107,6 +112,20 @@ def test_bad_input_base_python_without_torch(install_job: Path, source_repo: Pat
         install_job, "--source", str(source_repo), "--base-python", str(fake), prefix=tmp_path / "p"
     )
     assert result.returncode == 2 and "has no torch" in result.output, result.output
+
+
+def test_bad_input_base_python_of_another_torch(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
+    """A --base-python whose torch is another minor than the recipe's is refused, naming the job to use."""
+    major, minor = h.VERSION.split(".")
+    other = f"{major}.{int(minor) + 1}"
+    fake = executable(tmp_path / "python3", f'#!/bin/sh\necho "3.11 {other}.0+cpu False"\n')
+    result = h.run_job(
+        install_job, "--source", str(source_repo), "--base-python", str(fake), prefix=tmp_path / "p"
+    )
+    assert result.returncode == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert f"has torch {other}.0+cpu, not PyTorch {h.VERSION}: run install_lightning_{other}.sh with it" in line
+    assert not (tmp_path / "p").exists()
 
 
 def test_bad_input_prefix_is_a_file(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
@@ -155,6 +174,7 @@ def test_dry_run_prints_every_step_and_creates_nothing(
     ):
         assert command in result.output, command
     assert "dry run finished: nothing was changed" in result.output
+    assert "cannot statx" not in result.output and "No such file" not in result.output  # the prefix is new
     assert not prefix.exists(), "--dry-run created the prefix"
 
 

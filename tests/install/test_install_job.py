@@ -28,9 +28,11 @@ def manifest_of(prefix: Path) -> dict:
 
 
 def recipe_hash(job: Path) -> str:
-    match = re.search(r"^LXPU_RECIPE_HASH=[\"']?([0-9a-f]{64})", job.read_text(), re.MULTILINE)
-    assert match, "the install job has no LXPU_RECIPE_HASH"
-    return match.group(1)
+    """The recipe hash rendered with the job (into the data file next to it: render --out writes both)."""
+    data = json.loads((job.parents[2] / "recipes" / "rendered" / "install-data.json").read_text())
+    found = str(data["jobs"][f"{h.SITE}/{h.VERSION}"]["recipe_hash"])
+    assert re.fullmatch(r"[0-9a-f]{64}", found), "the rendered data has no recipe hash"
+    return found
 
 
 def test_log_shows_every_step_and_ends_installed(good_install: h.GoodInstall) -> None:

@@ -16,6 +16,7 @@ from recipe_helpers import (
     RECIPES,
     REPO,
     SETUP_LIBRARY,
+    SHIM,
     Recipes,
     Rendered,
     Renderer,
@@ -50,6 +51,7 @@ def temp_recipes(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "repo"
     shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
     shutil.copytree(REPO / ENGINE_DIR, root / ENGINE_DIR, ignore=_IGNORE)
+    shutil.copytree(REPO / Path(SHIM).parent, root / Path(SHIM).parent, ignore=_IGNORE)
     for shared in (MODULEFILE_BODY, SETUP_LIBRARY):
         (root / shared).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / shared, root / shared)

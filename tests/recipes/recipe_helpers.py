@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,15 +22,18 @@ sys.path.insert(0, str(RECIPES))
 from lxpu_recipes.artifacts import Artifact, Renderer  # noqa: E402
 from lxpu_recipes.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME  # noqa: E402
 from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
-from lxpu_recipes.recipes import ENGINE, Recipes, load_recipes  # noqa: E402
+from lxpu_recipes.recipes import ENGINE, ENGINE_DATA, INSTALL_DATA, SHIM, Recipes, load_recipes  # noqa: E402
 
 ENGINE_DIR = str(Path(ENGINE).parent)
 
 __all__ = [
     "ENGINE",
+    "ENGINE_DATA",
+    "INSTALL_DATA",
     "MODULEFILE_BODY",
     "SETUP_LIBRARY",
     "SETUP_LIBRARY_NAME",
+    "SHIM",
     "Recipes",
     "Renderer",
     "load_recipes",
@@ -59,6 +64,16 @@ class Rendered:
 
     def text(self, relative: str) -> str:
         return self.path(relative).read_text()
+
+    def job_data(self, site: str, minor: str) -> dict[str, Any]:
+        """The recipe data the engine reads for the install job of (site, minor)."""
+        return job_data(self.root, site, minor)
+
+
+def job_data(root: Path, site: str, minor: str) -> dict[str, Any]:
+    """(site, minor)'s entry of the rendered data file under `root`."""
+    document = json.loads((root / INSTALL_DATA).read_text())
+    return dict(document["jobs"][f"{site}/{minor}"])
 
 
 def cases(recipes_: Recipes | None = None) -> list[tuple[str, str, str]]:

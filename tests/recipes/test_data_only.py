@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import RECIPES, REPO, Recipes, load_recipes, run_render_process
+from recipe_helpers import RECIPES, REPO, Recipes, job_data, load_recipes, run_render_process
 
 from lightning_xpu import versions as lightning_versions
 
@@ -176,7 +176,9 @@ def test_the_guides_procedures_are_data_only(tmp_path: Path, recipes: Recipes) -
     for minor in data["versions"]:
         assert (repo / f"scripts/{NEW_SITE}/install_lightning_{minor}.sh").is_file()
     new_job = (repo / f"scripts/{NEW_SITE}/install_lightning_{NEW_MINOR}.sh").read_text()
-    assert "#PBS -l walltime=01:00:00" in new_job and f"lightning=={_NEWEST.lightning}" in new_job
+    assert "#PBS -l walltime=01:00:00" in new_job
+    new_pins = [pin for v in job_data(repo, NEW_SITE, NEW_MINOR)["variants"].values() for pin in v["requirements"]]
+    assert f"lightning=={_NEWEST.lightning}" in new_pins
 
     stage = _in_copy(repo, "bash", "ci/test.sh", "--offline", "--stage", "recipes", timeout=900)
     assert stage.returncode == 0, (stage.stdout + stage.stderr)[-6000:]
@@ -185,7 +187,9 @@ def test_the_guides_procedures_are_data_only(tmp_path: Path, recipes: Recipes) -
     docs = _in_copy(repo, PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *docs_tests, timeout=300)
     assert docs.returncode == 0, (docs.stdout + docs.stderr)[-6000:]
     # Nothing changed but the data and the renders (the retired version's renders and locks are gone).
-    renders = re.compile(r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/|recipes/locks/)")
+    renders = re.compile(
+        r"^(scripts/[^/]+/install_lightning_|scripts/common/setup/|modulefiles/|recipes/locks/|recipes/rendered/)"
+    )
     changed = sorted(
         relative
         for relative in _checkout_files(repo)

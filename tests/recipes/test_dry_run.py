@@ -69,9 +69,22 @@ def test_dry_run_prints_pins_sources_manager_and_modules(recipes: Recipes, tmp_p
     assert warning in out
 
 
+def _source_with_data(rendered: Path, tmp_path: Path) -> Path:
+    """This repository (linked), but with the recipe data rendered into `rendered`: the engine reads the data
+    of the repository it runs from."""
+    source = tmp_path / "source"
+    (source / "recipes").mkdir(parents=True)
+    for name in ("pyproject.toml", "lightning_xpu", "scripts", "modulefiles", "recipes/locks", "recipes/tools"):
+        (source / name).symlink_to(REPO / name)
+    shutil.copytree(REPO / "bin", source / "bin")
+    shutil.copytree(rendered / "recipes/rendered", source / "recipes/rendered")
+    return source
+
+
 def _site_with_modules(temp_repo: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
-    """The plain site's job of the locked version, made to name a site module and a Python module; a module tree holding
-    both (the Python module puts a python3.X of its own first on PATH); an environment without Lmod loaded."""
+    """The plain site's job of the locked version, made to name a site module and a Python module (in a
+    repository whose data says so); a module tree holding both (the Python module puts a python3.X of its own
+    first on PATH); an environment without Lmod loaded."""
     edit(
         temp_repo / f"recipes/sites/{PLAIN_SITE}.toml",
         "modules = []\n",
@@ -96,6 +109,7 @@ def _site_with_modules(temp_repo: Path, tmp_path: Path) -> tuple[Path, Path, dic
         if not k.startswith(("LMOD", "MODULE", "_ModuleTable", "BASH_FUNC"))
     }
     env["MODULEPATH"] = str(modules)
+    env["LXPU_SOURCE"] = str(_source_with_data(out, tmp_path))
     return out / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh", python_dir, env
 
 
@@ -103,7 +117,7 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
     require(LMOD_INIT.is_file(), "Lmod")
     job, python_dir, env = _site_with_modules(temp_repo, tmp_path)
     code, out = _dry_run(
-        job, "--variant", "cpu", "--source", f'"{REPO}"', "--prefix", f'"{tmp_path / "p"}"', env=env
+        job, "--variant", "cpu", "--prefix", f'"{tmp_path / "p"}"', env=env
     )
     assert code == 0, out
     assert "\nmodule:      lxpu-test/site: loaded (site module)\n" in out
@@ -112,14 +126,14 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
 
     (tmp_path / "modules/lxpu-test/site.lua").unlink()
     code, out = _dry_run(
-        job, "--variant", "cpu", "--source", f'"{REPO}"', "--prefix", f'"{tmp_path / "p"}"', env=env
+        job, "--variant", "cpu", "--prefix", f'"{tmp_path / "p"}"', env=env
     )
     assert code == 0, out
     assert (
         "\nmodule:      lxpu-test/site: NOT FOUND (site module; module avail lxpu-test/site shows nothing)\n"
         in out
     )
-    real = bash(f'bash "{job}" --variant cpu --source "{REPO}" --prefix "{tmp_path / "p"}"', env)
+    real = bash(f'bash "{job}" --variant cpu --prefix "{tmp_path / "p"}"', env)
     assert real.returncode == 2 and real.stdout == ""
     assert real.stderr == (
         f"install_lightning_{MINOR}.sh: error: site module lxpu-test/site does not exist here (module avail "
@@ -128,29 +142,28 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
     assert not (tmp_path / "p").exists()
 
 
-def _job_modules(text: str) -> tuple[str, str]:
-    values = dict(line.split("=", 1) for line in text.splitlines() if line.startswith("LXPU_SITE_MODULES"))
-    return values["LXPU_SITE_MODULES"], values["LXPU_SITE_MODULES_LEFT_OUT"]
+def _job_modules(rendered: Rendered, minor: str) -> tuple[str, str]:
+    data = rendered.job_data("dawn", minor)
+    return " ".join(data["modules"]), "; ".join(data["modules_left_out"])
 
 
 def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, recipes: Recipes) -> None:
     """Dawn's default environment brings oneAPI 2025: kept for 2.12 (2025 wheels), left out for 2.13 (2026
     wheels, whose notes say not to mix) and for a version whose oneAPI is unverified."""
     assert recipes.sites["dawn"].oneapi_modules == {"rhel9/default-dawn": "2025"}
-    kept = _job_modules(rendered.text("scripts/dawn/install_lightning_2.12.sh"))
-    assert kept == ("rhel9/default-dawn", "''")
-    left_out = _job_modules(rendered.text("scripts/dawn/install_lightning_2.13.sh"))
+    kept = _job_modules(rendered, "2.12")
+    assert kept == ("rhel9/default-dawn", "")
+    left_out = _job_modules(rendered, "2.13")
     assert left_out == (
-        "''",
-        "'rhel9/default-dawn (brings oneAPI 2025; the XPU wheels of PyTorch 2.13 bundle oneAPI 2026)'",
+        "",
+        "rhel9/default-dawn (brings oneAPI 2025; the XPU wheels of PyTorch 2.13 bundle oneAPI 2026)",
     )
     unverified = [v for v in recipes.matrix.versions.values() if not v.oneapi_generation]
     for version in unverified:
-        text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
-        assert _job_modules(text)[1].endswith("bundle oneAPI an unverified generation)'")
+        assert _job_modules(rendered, version.minor)[1].endswith("bundle oneAPI an unverified generation)")
     for version in recipes.matrix.versions.values():
-        text = rendered.text(f"scripts/dawn/install_lightning_{version.minor}.sh")
-        assert ("rhel9/default-dawn" in _job_modules(text)[0]) == (version.oneapi_generation == "2025")
+        kept_here = "rhel9/default-dawn" in _job_modules(rendered, version.minor)[0]
+        assert kept_here == (version.oneapi_generation == "2025")
     listed = json.loads(run_render("list", "--json").stdout)["versions"]
     assert {minor: entry["oneapi"] for minor, entry in listed.items()} == {
         minor: version.oneapi_generation or None for minor, version in recipes.matrix.versions.items()

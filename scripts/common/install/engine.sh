@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# lightning-xpu install engine: the one bash library behind every rendered install job
-# (scripts/<site>/install_lightning_<ver>.sh). The job sets the recipe's data (LXPU_* variables, see
-# docs/architecture.md), finds the repository (LXPU_SOURCE), sources this file, checks that
-# LXPU_ENGINE_CONTRACT equals the LXPU_CONTRACT it was rendered for, and calls lxpu_main "$@". This file defines
-# functions only, besides the contract version; its own names start with _lxpu_.
+# lightning-xpu install engine: the bash half of the install driver behind every rendered install job
+# (scripts/<site>/install_lightning_<ver>.sh). The job runs bin/lightning-xpu-admin install --site S --version V;
+# lxpu_engine/cli.py reads the recipe's data (recipes/rendered/install-data.json, lxpu_engine/jobdata.py) and runs
+# this file with it set as the LXPU_* variables, then lxpu_main "$@". This file defines functions only; its own
+# names start with _lxpu_.
 #
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
@@ -13,11 +13,6 @@
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
 # Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are Python, in lxpu_engine/
 # next to this file (run by _lxpu_engine; the bash side of them is the last section of this file).
-
-# The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
-# LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
-# shellcheck disable=SC2034  # read by the job
-LXPU_ENGINE_CONTRACT=4
 
 # The engine's Python package (lxpu_engine/: publishing, leases, links, cleanup, the lock, --prune/--uninstall/
 # --rollback, the free-space check), next to this file.
@@ -194,10 +189,13 @@ _lxpu_seconds_since() {
 
 # ---- steps and the last log line ----------------------------------------------------------------------------
 
+# _lxpu_step KEY: start the next step; its title is the declared one (lxpu_engine/steps.py, LXPU_STEP_TITLES).
 _lxpu_step() {
 	_lxpu_step_end
 	_lxpu_step_n=$((_lxpu_step_n + 1))
-	_lxpu_step_name="$1"
+	local title="${LXPU_STEP_TITLES[$1]}"
+	title="${title//\{env_manager\}/$_lxpu_env_manager}"
+	_lxpu_step_name="${title//\{tag\}/$_lxpu_tag}"
 	_lxpu_step_t0="$(_lxpu_now_us)"
 	printf '[%d/%d] %s ...\n' "$_lxpu_step_n" "$_lxpu_step_total" "$_lxpu_step_name"
 }
@@ -446,6 +444,8 @@ _lxpu_validate() {
 	[[ "$_lxpu_prefix" != *:* && "$_lxpu_prefix" != *$'\n'* ]] ||
 		_lxpu_bad_input "--prefix must not contain ':' or a newline (it goes into MODULEPATH): pick another directory"
 	[[ ! -e "$_lxpu_prefix" || -d "$_lxpu_prefix" ]] || _lxpu_bad_input "--prefix $_lxpu_prefix exists and is not a directory"
+	! _lxpu_is_repo "$_lxpu_prefix" ||
+		_lxpu_bad_input "--prefix $_lxpu_prefix is a lightning-xpu repository checkout: install into another directory (e.g. --prefix $_lxpu_prefix-install)"
 	if [[ -e "$_lxpu_prefix/$_lxpu_tag" && ! -L "$_lxpu_prefix/$_lxpu_tag" ]]; then
 		_lxpu_bad_input "$_lxpu_prefix/$_lxpu_tag exists and is not a symlink made by this installer: move it away or pick another --prefix"
 	fi
@@ -487,6 +487,10 @@ _lxpu_validate_environment() {
 print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base_prefix)' 2>/dev/null)" ||
 			_lxpu_bad_input "--base-python $_lxpu_base_python has no torch: pick a Python with torch installed, or drop --base-python"
 		read -r _lxpu_python_version _lxpu_base_torch _lxpu_base_is_venv <<<"$_lxpu_base_info"
+		local base_minor
+		base_minor="$(printf '%s' "${_lxpu_base_torch%%+*}" | cut -d. -f1,2)"
+		[[ "$base_minor" == "$LXPU_VERSION" ]] ||
+			_lxpu_bad_input "--base-python $_lxpu_base_python has torch $_lxpu_base_torch, not PyTorch $LXPU_VERSION: run install_lightning_$base_minor.sh with it, or pick a Python with torch $LXPU_VERSION"
 		_lxpu_python="$_lxpu_base_python"
 		return 0
 	fi
@@ -632,7 +636,7 @@ _lxpu_repo_commit() {
 # ---- the steps ----------------------------------------------------------------------------------------------
 
 _lxpu_step_check() {
-	_lxpu_step "check inputs and disk space"
+	_lxpu_step check
 	if [[ "$_lxpu_auto_cpu_note" == 1 ]]; then
 		_lxpu_say "################################################################################"
 		_lxpu_say "NOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch"
@@ -692,7 +696,7 @@ print(m.get("inputs_hash", "") if m.get("status") == "installed" else "")' "$roo
 }
 
 _lxpu_create_env() {
-	_lxpu_step "create the $_lxpu_env_manager environment"
+	_lxpu_step create
 	_lxpu_say "build: $_lxpu_env"
 	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_prefix/.envs"
 	_lxpu_installer_setup
@@ -748,7 +752,7 @@ _lxpu_pip() {
 }
 
 _lxpu_install_packages() {
-	_lxpu_step "install pinned packages"
+	_lxpu_step packages
 	local share="$_lxpu_env/share/lightning-xpu" reqs hashes=()
 	reqs="$share/requirements.txt"
 	if [[ -n "$_lxpu_lock_path" ]]; then
@@ -800,7 +804,7 @@ PY
 }
 
 _lxpu_install_runtime() {
-	_lxpu_step "install lightning_xpu from the repository"
+	_lxpu_step runtime
 	local build="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.build" wheels="$_lxpu_env/share/lightning-xpu/wheels" item
 	# Built without build isolation, by the environment's own setuptools: nothing extra to download (offline
 	# wheelhouses need nothing but the recipe's packages), and from a copy, so the repository (possibly
@@ -855,7 +859,7 @@ _lxpu_package_version() {
 }
 
 _lxpu_enable_hook() {
-	_lxpu_step "enable the zero-code-change hook and site files"
+	_lxpu_step hook
 	local share="$_lxpu_env/share/lightning-xpu"
 	printf '%s\n' 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")' |
 		_lxpu_write_new "$_lxpu_site_packages/lightning_xpu-autoload.pth"
@@ -881,7 +885,7 @@ _lxpu_write_new() {
 }
 
 _lxpu_byte_compile() {
-	_lxpu_step "byte-compile the environment"
+	_lxpu_step compile
 	# Packages' own test suites (a tests/ or test/ directory, a fifth of the files) are never imported by a
 	# training job: left as source.
 	local compile=("$_lxpu_py" -m compileall -q -j0 -x '/site-packages/.+/tests?/' "$_lxpu_env/lib")
@@ -932,7 +936,7 @@ _lxpu_pack_start() {
 }
 
 _lxpu_pack() {
-	_lxpu_step "pack the environment for node-local staging"
+	_lxpu_step pack
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
 		_lxpu_say "+ $(_lxpu_quote "$_lxpu_py" -m lxpu_engine.pack make "$_lxpu_env" "$LXPU_SITE" "$_lxpu_tag") (during the smoke job)"
 		return 0
@@ -955,7 +959,7 @@ _lxpu_pack_stop() {
 # The environment as the setup script and modulefile give it, in a subshell: `lightning-xpu validate --level smoke`
 # (its console script: `python -m` would import a lightning_xpu from the working directory, a checkout's).
 _lxpu_smoke() {
-	_lxpu_step "run the smoke job"
+	_lxpu_step smoke
 	local share="$_lxpu_env/share/lightning-xpu" args=()
 	args=("$_lxpu_env/bin/lightning-xpu" validate --level smoke --json "$share/smoke.json")
 	[[ "$_lxpu_variant" != xpu ]] || args+=(--require-xpu)
@@ -985,7 +989,7 @@ else:
 }
 
 _lxpu_write_manifest() {
-	_lxpu_step "write the manifest"
+	_lxpu_step manifest
 	local share="$_lxpu_env/share/lightning-xpu"
 	_lxpu_say "+ write $(_lxpu_quote "$_lxpu_env/manifest.json")"
 	[[ "$_lxpu_dry_run" == 1 ]] && return 0
@@ -1073,7 +1077,7 @@ lxpu_main() {
 	_lxpu_pip_source="" _lxpu_index_url="" _lxpu_extra_index_urls=() _lxpu_wheelhouse=""
 	_lxpu_lock_timeout=1800 _lxpu_shared_group="" _lxpu_force=0 _lxpu_dry_run=0
 	_lxpu_tag="" _lxpu_log="" _lxpu_tee_pid="" _lxpu_pack_pid="" _lxpu_lock_fd="" _lxpu_env="" _lxpu_published=0
-	_lxpu_step_n=0 _lxpu_step_total=11 _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
+	_lxpu_step_n=0 _lxpu_step_total=$LXPU_STEP_TOTAL _lxpu_step_name="" _lxpu_step_t0=0 _lxpu_timings=()
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
 	_lxpu_installer="" _lxpu_installer_why="" _lxpu_installer_version=""
@@ -1125,33 +1129,12 @@ lxpu_main() {
 		_lxpu_admin_action
 		return 0
 	fi
-	_lxpu_step_check
-	_lxpu_lock
-	if [[ "$_lxpu_force" != 1 ]] && _lxpu_published_is_current; then
-		_lxpu_noop=1
-		if [[ "$_lxpu_dry_run" == 1 ]]; then
-			_lxpu_result="already installed with these inputs: nothing to do (--force rebuilds)"
-		elif _lxpu_entry_points_current; then
-			_lxpu_result="already installed with these inputs: nothing changed (--force rebuilds)"
-		else
-			_lxpu_write_entry_points
-			_lxpu_result="already installed with these inputs: setup script and modulefile restored"
-		fi
-		_lxpu_env=""
-		return 0
-	fi
-	[[ -z "${LXPU_TEST_PREBUILT:-}" ]] || _lxpu_test_prebuilt # tests only: steps 3-8 from a prebuilt env
-	_lxpu_create_env
-	_lxpu_install_packages
-	_lxpu_install_runtime
-	_lxpu_enable_hook
-	_lxpu_pack_relocatable
-	_lxpu_byte_compile
-	_lxpu_pack_start
-	_lxpu_smoke
-	_lxpu_pack
-	_lxpu_write_manifest
-	_lxpu_publish
+	# The declared steps (lxpu_engine/steps.py), in order; the lock step ends the run when nothing needs doing.
+	local step
+	for step in "${LXPU_STEPS[@]}"; do
+		"$step"
+		[[ "$_lxpu_noop" != 1 ]] || return 0
+	done
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
 		_lxpu_result="dry run finished: nothing was changed"
 	else
@@ -1233,7 +1216,7 @@ _lxpu_final_result() {
 # The install lock (lxpu_engine/locking.py): this shell holds the lock file open for the whole run; the lock taken
 # on it by the engine stays with it. Opened read-write without truncating: the holder's line stays readable.
 _lxpu_lock() {
-	_lxpu_step "take the install lock"
+	_lxpu_step lock
 	local lockfile="$_lxpu_prefix/.locks/$_lxpu_tag.lock" again=() status=0
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
 		_lxpu_engine publish lock || exit
@@ -1258,10 +1241,30 @@ _lxpu_lock() {
 	_lxpu_engine publish locked || exit
 }
 
+# The lock step of an install: take the lock; stop when the published build has these inputs already (a no-op
+# run restores the setup script and modulefile when they differ).
+_lxpu_lock_or_stop() {
+	_lxpu_lock
+	if [[ "$_lxpu_force" == 1 ]] || ! _lxpu_published_is_current; then
+		[[ -z "${LXPU_TEST_PREBUILT:-}" ]] || _lxpu_test_prebuilt # tests only: steps 3-8 from a prebuilt env
+		return 0
+	fi
+	_lxpu_noop=1
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		_lxpu_result="already installed with these inputs: nothing to do (--force rebuilds)"
+	elif _lxpu_entry_points_current; then
+		_lxpu_result="already installed with these inputs: nothing changed (--force rebuilds)"
+	else
+		_lxpu_write_entry_points
+		_lxpu_result="already installed with these inputs: setup script and modulefile restored"
+	fi
+	_lxpu_env=""
+}
+
 # Publishing (lxpu_engine/publish.py has the operations and their order): the record in the new build, the
 # entry points, then THE publishing rename and what follows it.
 _lxpu_publish() {
-	_lxpu_step "publish"
+	_lxpu_step publish
 	_lxpu_engine publish record || exit
 	_lxpu_share_permissions -R "$_lxpu_env"
 	[[ -z "${LXPU_TEST_PAUSE_AT:-}${LXPU_TEST_FAIL_AT:-}" ]] || _lxpu_engine publish test-hook entry-points || exit
@@ -1279,13 +1282,13 @@ _lxpu_cleanup_failed_build() {
 # --prune, --uninstall and --rollback (lxpu_engine/admin.py), under the install lock, after the links were
 # validated (and repaired).
 _lxpu_admin_action() {
-	_lxpu_step_total=2
-	_lxpu_lock
-	case "$_lxpu_action" in
-	prune) _lxpu_step "prune builds of $_lxpu_tag" ;;
-	uninstall) _lxpu_step "uninstall $_lxpu_tag" ;;
-	rollback) _lxpu_step "roll back $_lxpu_tag" ;;
-	esac
+	_lxpu_step_total=${#LXPU_ADMIN_STEPS[@]}
+	local step
+	for step in "${LXPU_ADMIN_STEPS[@]}"; do "$step"; done
+}
+
+_lxpu_admin_run() {
+	_lxpu_step "$_lxpu_action"
 	_lxpu_engine publish admin || exit
 	# The build rolled back to is published with this checkout's setup script and modulefile.
 	[[ "$_lxpu_action" != rollback ]] || _lxpu_entry_points_current || _lxpu_write_entry_points
@@ -1295,7 +1298,7 @@ _lxpu_admin_action() {
 # steps would leave (tests/install/install_harness.py makes it), instead of building; the manifest and publishing
 # steps then run as always. The fault tests of publishing, links, locks and logs need no real install.
 _lxpu_test_prebuilt() {
-	_lxpu_step "copy the prebuilt test environment (LXPU_TEST_PREBUILT)"
+	_lxpu_step prebuilt
 	[[ -d "$LXPU_TEST_PREBUILT" ]] || _lxpu_fail "LXPU_TEST_PREBUILT=$LXPU_TEST_PREBUILT is not a directory"
 	mkdir -p "$_lxpu_prefix/.envs"
 	_lxpu_run cp -a "$LXPU_TEST_PREBUILT" "$_lxpu_env"

@@ -119,12 +119,14 @@ _lxpu_installer_setup() {
 	_lxpu_installer=uv _lxpu_installer_version="$_lxpu_uv_version"
 	# Hard links from the cache are fast, but not across file systems, and not on Lustre (ALCF's frameworks
 	# build sets UV_LINK_MODE=copy for that reason): copy there.
-	local cache_parent="$_lxpu_uv_cache"
+	# A dry run on a new prefix creates neither: each is judged by its nearest existing directory.
+	local cache_parent="$_lxpu_uv_cache" prefix_parent="$_lxpu_prefix"
 	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$_lxpu_uv_cache"
 	while [[ ! -e "$cache_parent" ]]; do cache_parent="$(dirname "$cache_parent")"; done
+	while [[ ! -e "$prefix_parent" ]]; do prefix_parent="$(dirname "$prefix_parent")"; done
 	_lxpu_uv_link_mode=hardlink
-	if [[ "$(stat -c %d "$cache_parent")" != "$(stat -c %d "$_lxpu_prefix")" ]] ||
-		[[ "$(stat -f -c %T "$_lxpu_prefix")" == lustre ]]; then
+	if [[ "$(stat -c %d "$cache_parent")" != "$(stat -c %d "$prefix_parent")" ]] ||
+		[[ "$(stat -f -c %T "$prefix_parent")" == lustre ]]; then
 		_lxpu_uv_link_mode=copy
 	fi
 	_lxpu_say "installer: uv, cache $_lxpu_uv_cache (link mode $_lxpu_uv_link_mode)"

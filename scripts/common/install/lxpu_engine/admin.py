@@ -31,6 +31,29 @@ def validate_action(state: State) -> None:
         raise bad_input(state, "--keep and --older-than go with --prune: add --prune")
     if action != "install" and state["force"] == "1":
         raise bad_input(state, f"--force rebuilds: it does not go with --{action}")
+    prefix, tag = state.prefix, state.tag
+    if action == "rollback" and not os.path.isdir(prefix):
+        raise bad_input(state, f"--rollback: {prefix} does not exist, so nothing is installed there: check --prefix")
+    if action == "uninstall" and not _anything_installed(state):
+        raise bad_input(
+            state,
+            f"--uninstall: nothing is installed as {tag} in {prefix} (no link, build, setup script or modulefile): "
+            "check --prefix and --variant",
+        )
+
+
+def _anything_installed(state: State) -> bool:
+    """Whether the tag has anything in the prefix that --uninstall would remove."""
+    prefix, tag = state.prefix, state.tag
+    paths = [
+        f"{prefix}/{tag}",
+        f"{prefix}/{os.path.basename(state['setup_file'])}",
+        f"{prefix}/modulefiles/{state['module']}.lua",
+    ]
+    if any(os.path.lexists(path) for path in paths):
+        return True
+    envs = f"{prefix}/.envs"
+    return os.path.isdir(envs) and any(name.startswith(f"{tag}.") for name in os.listdir(envs))
 
 
 def _protected(state: State, name: str) -> str:

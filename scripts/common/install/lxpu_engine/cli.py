@@ -1,0 +1,161 @@
+"""lightning-xpu-admin (bin/lightning-xpu-admin): one command with subcommands.
+
+  install (the default)  build, smoke-test and publish one tag; what every install job runs
+  prune, rollback, uninstall  the same as install --prune, --rollback, --uninstall
+  status                 the tags published in a prefix and their builds (changes nothing)
+  list, render, check, lock  the renderer (recipes/lxpu_recipes; needs jinja2 and packaging)
+
+install/prune/rollback/uninstall take --site NAME and --version X.Y (the recipe: recipes/rendered/
+install-data.json) and then the install job's options (install_lightning_<ver>.sh --help).
+Exit status: 0 done, 1 a step failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable
+
+from lxpu_engine.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDataError, load, shell_assignments
+from lxpu_engine.steps import shell_steps
+
+PROG = "lightning-xpu-admin"
+# The bash half of the install driver, sourced with the recipe's data.
+ENGINE_SH = "scripts/common/install/engine.sh"
+ACTIONS = {"install": None, "prune": "--prune", "rollback": "--rollback", "uninstall": "--uninstall"}
+RENDERER = ("list", "render", "check", "lock")
+COMMANDS = (*ACTIONS, "status", *RENDERER)
+
+
+def _error(message: str, prog: str = PROG) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _source() -> Path:
+    """The repository the shim lives in (it exports LXPU_SOURCE), else the one above this package."""
+    return Path(os.environ.get("LXPU_SOURCE") or Path(__file__).resolve().parents[3])
+
+
+def split_recipe(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """--site, --version and --contract (the engine's own options) out of argv; the rest is the job's."""
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    words = iter(argv)
+    for word in words:
+        name, equals, value = word.partition("=")
+        if name in ("--site", "--version", "--contract"):
+            own[name[2:]] = value if equals else next(words, "")
+        else:
+            rest.append(word)
+    return own, rest
+
+
+def _restore_caller_environment() -> None:
+    """The shim set PYTHONPATH to find this package: the build gets the caller's (engine.sh reports and drops
+    it, as it always did)."""
+    saved = os.environ.pop("_LXPU_CALLER_PYTHONPATH", "")
+    if saved.startswith("set:"):
+        os.environ["PYTHONPATH"] = saved[4:]
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def install(action: str, argv: list[str]) -> int:
+    """Run the install driver for one recipe: its data as the LXPU_* variables, then engine.sh's lxpu_main."""
+    own, rest = split_recipe(argv)
+    source = _source()
+    if not own.get("site") or not own.get("version"):
+        if "-h" in rest or "--help" in rest:
+            return _help()
+        return _error(f"{action} needs --site NAME and --version X.Y (the recipes in {source / DATA_FILE})")
+    script = f"install_lightning_{own['version']}.sh"
+    contract = own.get("contract")
+    if contract is not None and contract != str(CONTRACT):
+        shown = source / "scripts/common/install/lxpu_engine/jobdata.py"
+        return _error(
+            f"{shown} has contract {CONTRACT}, this job was rendered for {contract}: run the job of the same "
+            f"checkout, or re-render it ({RENDER_AGAIN})",
+            script,
+        )
+    try:
+        data = load(source, own["site"], own["version"])
+    except JobDataError as exc:
+        return _error(str(exc), script)
+    flag = ACTIONS[action]
+    program = (
+        shell_assignments(data)
+        + shell_steps()
+        + f"source {shlex.quote(str(source / ENGINE_SH))}\n"
+        + 'lxpu_main "$@"\n'
+    )
+    _restore_caller_environment()
+    os.environ["LXPU_SOURCE"] = str(source)
+    args = [flag] if flag else []
+    os.execvp("bash", ["bash", "-c", program, data["script"], *args, *rest])
+    return 1  # not reached
+
+
+def status(argv: list[str]) -> int:
+    """The tags published in --prefix DIR: each link, the build it points at, and the builds kept."""
+    _own, rest = split_recipe(argv)
+    prefix: str | None = None
+    for index, word in enumerate(rest):
+        if word == "--prefix" and index + 1 < len(rest):
+            prefix = rest[index + 1]
+        elif word.startswith("--prefix="):
+            prefix = word.split("=", 1)[1]
+    if prefix is None:
+        return _error("status needs --prefix DIR (the install prefix)")
+    root = Path(os.path.expanduser(prefix))
+    if not root.is_dir():
+        return _error(f"--prefix {root}: no such directory: nothing is installed there")
+    envs = root / ".envs"
+    kept = sorted(p.name for p in envs.iterdir() if p.is_dir()) if envs.is_dir() else []
+    tags = sorted(p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(".envs/"))
+    if not tags:
+        print(f"{root}: no tag published")
+    for tag in tags:
+        target = os.readlink(root / tag)
+        builds = [name for name in kept if name.startswith(f"{tag}.")]
+        print(f"{tag} -> {target} ({len(builds)} build{'s' if len(builds) != 1 else ''} kept)")
+    return 0
+
+
+def renderer(command: str, argv: list[str]) -> int:
+    """The renderer's commands, from recipes/lxpu_recipes (imported only here: it needs jinja2 and packaging)."""
+    recipes = _source() / "recipes"
+    if sys.version_info < (3, 11):
+        return _error(f"{command} needs Python 3.11 or newer (for tomllib): run it with python3.11")
+    sys.path.insert(0, str(recipes))
+    try:
+        from lxpu_recipes.cli import main
+    except ImportError as exc:
+        return _error(f"{command}: {exc}: install the renderer's packages (pip install jinja2 packaging)")
+    return main([command, *argv], default_recipes=recipes)
+
+
+def _help() -> int:
+    print(__doc__.strip())
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        if argv and argv[0] in ("-h", "--help") and len(argv) == 1:
+            return _help()
+        argv = ["install", *argv]
+    command, rest = argv[0], argv[1:]
+    handlers: dict[str, Callable[[list[str]], int]] = {
+        **{name: (lambda args, name=name: install(name, args)) for name in ACTIONS},
+        "status": status,
+        **{name: (lambda args, name=name: renderer(name, args)) for name in RENDERER},
+    }
+    if command not in handlers:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f": did you mean '{close[0]}'?" if close else f" (commands: {', '.join(COMMANDS)})"
+        return _error(f"unknown command '{command}'{hint}")
+    return handlers[command](rest)
