@@ -213,11 +213,11 @@ source_sh("bash", quoted(site_env))
 
 -- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
 -- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
--- failure: the shared one, with a warning). Unloading does not undo the switch: end the job script instead.
-if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1"
-    and ((os.getenv("SLURM_JOB_ID") or "") ~= "" or (os.getenv("PBS_JOBID") or "") ~= "") then
+-- failure: the shared one, with a warning); outside a job the command says in one line why nothing was staged.
+-- Unloading does not undo the switch: end the job script instead.
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" then
   local stage = pathJoin(root, "bin/lightning-xpu-stage")
   if isFile(stage) then
-    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell)\"", modeA = {"load"}}
+    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
   end
 end

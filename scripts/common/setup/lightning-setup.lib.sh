@@ -111,9 +111,10 @@ _lxpu_setup() {
   hash -r
 
   # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
-  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one).
-  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}${PBS_JOBID:-}" ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
-    eval "$("$root/bin/lightning-xpu-stage" --shell)"
+  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one);
+  # outside a job the command says in one line why nothing was staged.
+  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
+    eval "$("$root/bin/lightning-xpu-stage" --shell-if-job)"
   fi
 }
 
