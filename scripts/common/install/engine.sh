@@ -1145,6 +1145,7 @@ lxpu_main() {
 	_lxpu_install_packages
 	_lxpu_install_runtime
 	_lxpu_enable_hook
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_engine_on "$_lxpu_py" pins write "$_lxpu_env" # constraints.txt: the pins
 	_lxpu_pack_relocatable
 	_lxpu_byte_compile
 	_lxpu_pack_start
