@@ -163,3 +163,11 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
     assert status("user-flag") == 2 and "without --user" in out, out
     if uv:
         assert status("uv-torch") != 0 and status("uv-lightning") != 0, out
+
+
+def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
+    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records."""
+    written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)
+    installed = {pins.norm(p["name"]): p["version"] for p in good_install.manifest["packages"]}
+    assert {"torch", "lightning", "pytorch-lightning"} <= written.keys()
+    assert {name: installed[name] for name in written} == written
