@@ -23,8 +23,6 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
-from tests.conftest import require_service
-
 pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,13 +259,7 @@ def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared
     (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
         (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
     h.add_shared_code(prefix)  # the code both call
-    if entry == "module":
-        lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
-        require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
-        load = (f"source {shlex.quote(lmod)}; module use {shlex.quote(str(prefix / 'modulefiles'))}; "
-                f"module load lightning-xpu/{tag}")
-    else:
-        load = f"source {shlex.quote(str(prefix / setup.name))}"
+    load = h.load_line(entry, prefix, tag)
     env = {"HOME": os.environ.get("HOME", "/root"), "LIGHTNING_XPU_STAGE_DIR": str(shared.local),
            "LIGHTNING_XPU_STAGE": "1", **_fake_pbs(tmp_path)}
     done = subprocess.run(["bash", "-c", f"{load}; python; echo unstaged-root $LIGHTNING_XPU_SHARED_ROOT"],

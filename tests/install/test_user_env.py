@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_service
 from tests.install import install_harness as h
 
 REPO = h.REPO
@@ -102,13 +101,7 @@ def test_user_layer_over_a_read_only_environment(entry: str, world: dict[str, Pa
     prefix, tag, wheels = Path(world["prefix"]), str(world["tag"]), Path(world["wheels"])
     home = Path(world["work"]) / f"home-{entry.replace(' ', '-')}"
     home.mkdir()
-    if entry == "module":
-        lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
-        require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
-        load = (f"source {shlex.quote(lmod)}; module use {shlex.quote(str(prefix / 'modulefiles'))}; "
-                f"module load lightning-xpu/{tag}")
-    else:
-        load = f"source {shlex.quote(str(prefix / str(world['setup'])))}"
+    load = h.load_line(entry, prefix, tag)
     find = f"--no-index --find-links {shlex.quote(str(wheels))}"
     uv = _uv()
     uv_lines = (f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-new-torch 2>&1; echo uv-torch $?; "
