@@ -51,8 +51,8 @@ def _auto_prefers_xpu_to_cpu(original: Method) -> Method:
 
 def _gpu_means_xpu_without_cuda_or_mps(original: Method) -> Method:
     def choose_gpu_accelerator_backend(*args: Any) -> str:
-        if not xpu.xpu_available() and not getattr(torch.version, "xpu", None):
-            return original(*args)  # not an XPU build of torch: Lightning's behaviour, untouched
+        # Lightning's choice stands wherever it finds one; where it finds none (its error), XPU is the GPU, or
+        # the error says in one line why there is none (on a CPU build too: which variant to load).
         try:
             return original(*args)
         except Exception as error:  # Lightning's only raise here: "No supported gpu backend found!" (no MPS, CUDA)

@@ -7,6 +7,8 @@
             job's; `--level smoke`, the install's smoke job. Writes a JSON report (schema:
             lightning_xpu/report/schema.json) and a Markdown one; exit status 1 when a check failed
   report    the patch report: which Lightning patches were expected and applied (as lightning_xpu.report())
+  user-env  make your own writable layer over this (read-only) environment, where pip and uv install
+            (lightning_xpu/report/userenv.py)
 """
 
 from __future__ import annotations
@@ -170,10 +172,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_user_env(args: argparse.Namespace) -> int:
+    from lightning_xpu.report import userenv
+
+    return userenv.run(args)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="lightning-xpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{doctor,validate,report}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{doctor,validate,report,user-env}")
     doctor = sub.add_parser("doctor", help="print the full picture of this machine and environment")
     doctor.add_argument("--json", type=Path, help="also write the doctor report as JSON")
     doctor.set_defaults(run=cmd_doctor)
@@ -198,6 +206,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     validate.set_defaults(run=cmd_validate)
     report = sub.add_parser("report", help="print the patch report (as lightning_xpu.report())")
     report.set_defaults(run=cmd_report)
+    user_env = sub.add_parser("user-env", help="make your writable layer over this environment (pip/uv install"
+                                               " there; $LIGHTNING_XPU_USER_BASE/<tag>, default"
+                                               " ~/.local/lightning-xpu/<tag>)")
+    user_env.add_argument("--print-path", action="store_true", help="print the layer's path and exit")
+    user_env.set_defaults(run=cmd_user_env)
     args = parser.parse_args(argv)
     if getattr(args, "nodes", 1) < 1:
         parser.error("--nodes must be 1 or more")

@@ -43,7 +43,8 @@ help("lightning-xpu " .. tag .. ": PyTorch " .. data.torch .. " (" .. data.varia
   .. "Your unchanged Lightning script runs on Intel GPUs: Trainer(accelerator=\"xpu\" | \"gpu\" | \"auto\"),\n"
   .. "strategy=\"ddp\" and precision=\"bf16-mixed\" work on XPU; CPU and CUDA behave as in plain Lightning.\n\n"
   .. "Distributed backend on XPU: " .. data.backend .. ". Python " .. data.python .. ".\n"
-  .. "pip install --user goes to $HOME/.local/lightning-xpu/" .. tag .. " (PYTHONUSERBASE), one per version.\n"
+  .. "Your own packages: run `lightning-xpu user-env` once, load the module again, then pip install X\n"
+  .. "(or uv pip install X): they go to your layer, $HOME/.local/lightning-xpu/" .. tag .. ", within this version's pins.\n"
   .. (data.notes ~= "" and data.notes .. "\n" or ""))
 
 -- A legacy recipe (it pins a package upstream discontinued: recipes/matrix.toml [discontinued]) says so once per
@@ -204,7 +205,25 @@ if isDir(pathJoin(root, "conda-meta")) then
 else
   pushenv("VIRTUAL_ENV", root)
 end
+-- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user; there the
+-- user layer below is the place).
 pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
+-- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
+local constraints = pathJoin(root, "share/lightning-xpu/constraints.txt")
+if isFile(constraints) then
+  -- As a file: URL, percent-encoded: both variables are lists split at white space (a prefix may have spaces).
+  local url = "file://" .. constraints:gsub("[^%w/._~-]", function(c) return string.format("%%%02X", c:byte()) end)
+  setenv("PIP_CONSTRAINT", url)
+  setenv("UV_CONSTRAINT", url)
+end
+-- The user's writable layer over this environment, where it exists (`lightning-xpu user-env` makes it;
+-- lightning_xpu/report/userenv.py): its bin/ first, and the venv pip and uv install into.
+local user_layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
+  or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)
+if isFile(pathJoin(user_layer, "pyvenv.cfg")) then
+  prepend_path("PATH", pathJoin(user_layer, "bin"))
+  pushenv("VIRTUAL_ENV", user_layer)
+end
 pushenv("LIGHTNING_XPU_ROOT", root)
 
 -- The site variables (only where the user has not set them). source_sh runs bash on the command string, so
@@ -213,11 +232,11 @@ source_sh("bash", quoted(site_env))
 
 -- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
 -- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
--- failure: the shared one, with a warning). Unloading does not undo the switch: end the job script instead.
-if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1"
-    and ((os.getenv("SLURM_JOB_ID") or "") ~= "" or (os.getenv("PBS_JOBID") or "") ~= "") then
+-- failure: the shared one, with a warning); outside a job the command says in one line why nothing was staged.
+-- Unloading does not undo the switch: end the job script instead.
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" then
   local stage = pathJoin(root, "bin/lightning-xpu-stage")
   if isFile(stage) then
-    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell)\"", modeA = {"load"}}
+    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
   end
 end

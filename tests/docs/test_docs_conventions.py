@@ -23,6 +23,7 @@ from tests.docs.docs_blocks import (
     run_block,
     user_guides,
 )
+from tests.docs.docs_blocks import _inside_fences as inside_fences
 from tests.docs.docs_services import readme_block
 
 # ---- runnable marks -----------------------------------------------------------------------------------
@@ -321,3 +322,17 @@ def test_migration_table_replaces_every_walkthrough_change() -> None:
         if len(row) >= 2 and f"`{change}`" in row[0].replace("\\|", "|") and row[1]
     }
     assert [change for change in WALKTHROUGH_CHANGES if change not in replaced] == []
+
+
+def test_no_guide_tells_users_to_run_fabric_run_without_click() -> None:
+    """`fabric run` needs click, which the environments do not carry (no lock pins it): no command block in the
+    README or a guide runs it (issue 20: it failed with ImportError as the XPU guide showed it)."""
+    locks = (REPO / "recipes" / "locks").glob("*.txt")
+    if any(re.search(r"^click==", lock.read_text(), re.MULTILINE) for lock in locks):
+        pytest.skip("a lock pins click: fabric run works in that environment")
+    shown = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        lines = path.read_text().splitlines()
+        inside = [i for i in sorted(inside_fences(lines)) if re.match(r"\s*(\$\s+)?fabric run\b", lines[i])]
+        shown += [f"{path.relative_to(REPO)}:{i + 1}" for i in inside]
+    assert shown == [], f"`fabric run` in a command block, but click is not in the environment: {shown}"

@@ -292,6 +292,17 @@ def with_module(prefix: Path, commands: str) -> str:
     )
 
 
+def load_line(entry: str, prefix: Path, tag: str) -> str:
+    """The shell line that loads `tag` from `prefix` by `entry` ("module": real Lmod; "setup script")."""
+    if entry != "module":
+        return f"source {q(prefix / f'lightning-setup-{tag}.sh')}"
+    lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
+    from tests.conftest import require_service
+
+    require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
+    return f"source {q(lmod)}; module use {q(prefix / 'modulefiles')}; module load lightning-xpu/{tag}"
+
+
 def with_setup_script(prefix: Path, commands: str) -> str:
     return f"set -euo pipefail\nsource {q(prefix / f'lightning-setup-{TAG}.sh')}\n{commands}\n"
 

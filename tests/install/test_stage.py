@@ -23,8 +23,6 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
-from tests.conftest import require_service
-
 pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -246,7 +244,7 @@ def _fake_pbs(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("entry", ["setup script", "module"])
-def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, tmp_path: Path) -> None:
+def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared: Shared, tmp_path: Path) -> None:
     """The rendered setup script and modulefile (any tag the renderer made) switch to the copy by themselves."""
     setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*.sh"))[0]
     tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
@@ -261,13 +259,7 @@ def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, t
     (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
         (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
     h.add_shared_code(prefix)  # the code both call
-    if entry == "module":
-        lmod = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
-        require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
-        load = (f"source {shlex.quote(lmod)}; module use {shlex.quote(str(prefix / 'modulefiles'))}; "
-                f"module load lightning-xpu/{tag}")
-    else:
-        load = f"source {shlex.quote(str(prefix / setup.name))}"
+    load = h.load_line(entry, prefix, tag)
     env = {"HOME": os.environ.get("HOME", "/root"), "LIGHTNING_XPU_STAGE_DIR": str(shared.local),
            "LIGHTNING_XPU_STAGE": "1", **_fake_pbs(tmp_path)}
     done = subprocess.run(["bash", "-c", f"{load}; python; echo unstaged-root $LIGHTNING_XPU_SHARED_ROOT"],
@@ -276,6 +268,14 @@ def test_lightning_xpu_stage_1_stages_inside_a_job(entry: str, shared: Shared, t
     assert _where(done.stdout) == str(copy), done.stdout + done.stderr
     assert f"unstaged-root {root}" in done.stdout
     assert shared.copies() == []
+    # Outside a job (no SLURM_JOB_ID, no PBS_JOBID): the shared environment, and one line saying why.
+    outside = {key: value for key, value in env.items() if key not in ("PBS_JOBID", "PBS_NODEFILE")}
+    done = subprocess.run(["bash", "-c", f"{load}; python"], env=outside, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert _where(done.stdout) == str(root), done.stdout + done.stderr
+    said = [line for line in done.stderr.splitlines() if "nothing staged" in line]
+    assert len(said) == 1 and "outside a Slurm or PBS job" in said[0], done.stderr
+    assert list(shared.local.iterdir()) == []
 
 
 def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:

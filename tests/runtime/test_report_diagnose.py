@@ -89,12 +89,15 @@ def test_the_xpu_error_names_the_cause(cause, api, xpu_build_without_devices, mo
 
 
 @pytest.mark.parametrize("api", ["trainer", "fabric"])
-@pytest.mark.parametrize("cause", ["affinity mask", "selector selects nothing", "no gpu node"])
-def test_gpu_on_an_xpu_build_without_a_device_names_the_cause(cause, api, xpu_build_without_devices,
-                                                             monkeypatch) -> None:
-    """accelerator="gpu" where torch is an XPU build: Lightning finds no CUDA or MPS, and we say why XPU is not
-    there either, as a one-line error that is still Lightning's type (code catching it keeps working)."""
-    environ, _, expected = CAUSES[cause]
+@pytest.mark.parametrize("cause", ["affinity mask", "selector selects nothing", "no gpu node", "cpu build",
+                                   "cpu variant"])
+def test_gpu_without_a_device_names_the_cause(cause, api, xpu_build_without_devices, monkeypatch) -> None:
+    """accelerator="gpu" on an XPU build without a device, or on a CPU build: Lightning finds no CUDA or MPS, and
+    we say why XPU is not there either, as a one-line error that is still Lightning's type (code catching it keeps
+    working)."""
+    environ, xpu_build, expected = CAUSES[cause]
+    if not xpu_build:
+        monkeypatch.setattr(torch.version, "xpu", None, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     plain = build_connector_error(api)
@@ -145,15 +148,15 @@ def test_other_accelerators_never_run_the_diagnosis(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("api", ["trainer", "fabric"])
-def test_gpu_without_an_xpu_build_is_plain_lightning(api, monkeypatch) -> None:
-    """torch without XPU (CPU, CUDA or MPS builds): accelerator="gpu" raises exactly what plain Lightning raises,
-    and nothing asks about XPU devices."""
+def test_gpu_without_an_xpu_build_is_lightnings_error_with_the_cause(api, monkeypatch) -> None:
+    """torch without XPU and no CUDA or MPS: accelerator="gpu" raises plain Lightning's error type and message, in
+    one line with the cause (a build without XPU) and the fix (issue 20)."""
     monkeypatch.setattr(torch.version, "xpu", None, raising=False)
-    monkeypatch.setattr(diagnose, "unusable_reason", lambda: pytest.fail("diagnosed XPU off an XPU build"))
     plain = build_connector_error(api)
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(type(plain)) as raised:
         build(api, accelerator="gpu")
-    assert type(raised.value) is type(plain) and str(raised.value) == str(plain)
+    message = one_line_device_error(raised.value)
+    assert message.startswith(str(plain).rstrip("!.")) and "without XPU support" in message, message
 
 
 @pytest.mark.parametrize("accelerator", ["xpu", "auto", "gpu"])

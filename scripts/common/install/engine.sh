@@ -874,6 +874,12 @@ _lxpu_enable_hook() {
 	_lxpu_run cp "$_lxpu_source/scripts/common/toy_fit.py" "$share/"
 }
 
+# The environment's pins (lxpu_engine/pins.py: constraints.txt), which the module and setup script apply to every
+# pip and uv install into the environment or a user layer.
+_lxpu_write_pins() {
+	[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_engine_on "$_lxpu_py" pins write "$_lxpu_env"
+}
+
 # Write stdin into a file of the staging environment (not yet visible to anyone: no temp file needed).
 _lxpu_write_new() {
 	printf '+ write %s\n' "$(_lxpu_quote "$1")"

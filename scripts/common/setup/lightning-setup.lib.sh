@@ -31,9 +31,22 @@ _lxpu_setup_contract() {
   return 1
 }
 
+# _lxpu_file_url PATH: file://PATH, each byte outside [A-Za-z0-9/._~-] percent-encoded.
+_lxpu_file_url() {
+  local LC_ALL=C path="$1" url="" char i
+  for ((i = 0; i < ${#path}; i++)); do
+    char="${path:i:1}"
+    case "$char" in
+      [A-Za-z0-9/._~-]) url+="$char" ;;
+      *) printf -v char '%%%02X' "'$char" && url+="$char" ;;
+    esac
+  done
+  printf 'file://%s' "$url"
+}
+
 _lxpu_setup() {
   local tag="$2" install_job="$3" variant="$4" me="lightning-setup-$2.sh"
-  local here root old modules_file name entries
+  local here root old modules_file name entries layer
   local target hops lease_dir host lease job fd
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
   root="$here/$tag"
@@ -104,22 +117,39 @@ _lxpu_setup() {
   else
     export VIRTUAL_ENV="$root"
   fi
-  export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$tag"
+  export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$tag"  # pip install --user in a conda environment
   export LIGHTNING_XPU_ROOT="$root"
+  # The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
+  # As a file: URL, percent-encoded: both variables are lists split at white space (a prefix may have spaces).
+  if [ -f "$root/share/lightning-xpu/constraints.txt" ]; then
+    PIP_CONSTRAINT="$(_lxpu_file_url "$root/share/lightning-xpu/constraints.txt")"
+    export PIP_CONSTRAINT UV_CONSTRAINT="$PIP_CONSTRAINT"
+  fi
+  # The user's writable layer over this environment, where it exists (`lightning-xpu user-env` makes it;
+  # lightning_xpu/report/userenv.py): its bin/ first, and the venv pip and uv install into.
+  layer="${LIGHTNING_XPU_USER_BASE:-$HOME/.local/lightning-xpu}/$tag"
+  if [ -f "$layer/pyvenv.cfg" ]; then
+    case ":$PATH:" in
+      *":$layer/bin:"*) ;;
+      *) PATH="$layer/bin:$PATH" ;;
+    esac
+    export VIRTUAL_ENV="$layer"
+  fi
   # shellcheck source=/dev/null
   . "$root/lightning-xpu-site.sh"
   hash -r
 
   # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
-  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one).
-  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -n "${SLURM_JOB_ID:-}${PBS_JOBID:-}" ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
-    eval "$("$root/bin/lightning-xpu-stage" --shell)"
+  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one);
+  # outside a job the command says in one line why nothing was staged.
+  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
+    eval "$("$root/bin/lightning-xpu-stage" --shell-if-job)"
   fi
 }
 
 if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then
-  unset -f _lxpu_setup _lxpu_setup_contract
+  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
 else
-  unset -f _lxpu_setup _lxpu_setup_contract
+  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
   return 1
 fi

@@ -1,0 +1,127 @@
+"""The environment's pins as one constraints file, <env>/share/lightning-xpu/constraints.txt (issue 20).
+
+Every later install into the environment or into a user layer over it (`lightning-xpu user-env`) is constrained
+by this file: the module and the setup script export PIP_CONSTRAINT and UV_CONSTRAINT naming it (pip and uv both
+read a constraints file from those variables), so one file binds both installers.
+
+Which distributions are pinned is read from the environment itself (its installed metadata), never listed here:
+  - torch;
+  - every distribution that requires torch directly (torchvision, torchaudio, Lightning and its namespaces,
+    the Intel extensions, lightning_xpu itself): they are built or tested against this torch;
+  - every distribution a pinned one requires with an exact `==` (torch's bundled runtimes: the oneAPI wheels of
+    an XPU build, triton, the CUDA libraries of a CUDA build; torchvision's torch==).
+Each at the version installed. Looser requirements (filelock, fsspec, ...) stay free for users to upgrade.
+
+Run on the environment's own interpreter by the install (engine.sh) or imported:
+    python -m lxpu_engine.pins write ENV
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+RELATIVE = Path("share") / "lightning-xpu" / "constraints.txt"
+
+# Printed by the environment's interpreter: every distribution it sees (first on sys.path wins, as at import).
+_LIST = r"""
+import importlib.metadata as md, json, sys
+seen = {}
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    key = name.lower().replace("_", "-").replace(".", "-") if name else None
+    if key and key not in seen:
+        seen[key] = [name, dist.version, dist.requires or []]
+json.dump(seen, sys.stdout)
+"""
+
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*\(?([^;]*?)\)?\s*(?:;(.*))?$")
+
+
+def norm(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def installed(python: Path) -> dict[str, tuple[str, str, list[str]]]:
+    """(name, version, Requires-Dist) by normalised name, as `python` sees them."""
+    done = subprocess.run([str(python), "-s", "-c", _LIST], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} could not list its distributions: {done.stderr.strip()[-300:]}")
+    return {key: (value[0], value[1], value[2]) for key, value in json.loads(done.stdout).items()}
+
+
+def requirements(requires: list[str]) -> list[tuple[str, str]]:
+    """(normalised name, specifier) of each Requires-Dist that is not an extra's."""
+    found = []
+    for line in requires:
+        match = _REQUIREMENT.match(line)
+        if match and "extra" not in (match.group(3) or ""):
+            found.append((norm(match.group(1)), match.group(2).strip()))
+    return found
+
+
+def pinned(dists: dict[str, tuple[str, str, list[str]]]) -> dict[str, str]:
+    """The pinned distributions (module docstring) with their installed versions, by normalised name."""
+    if "torch" not in dists:
+        return {}
+    keys = {"torch"} | {key for key, (_, _, requires) in dists.items()
+                        if any(name == "torch" for name, _ in requirements(requires))}
+    todo = sorted(keys)
+    while todo:
+        for name, spec in requirements(dists[todo.pop()][2]):
+            if name in dists and name not in keys and spec.startswith("==") and "," not in spec:
+                keys.add(name)
+                todo.append(name)
+    return {key: dists[key][1] for key in sorted(keys)}
+
+
+def write_constraints(env: Path, python: Path) -> Path:
+    """Write <env>/share/lightning-xpu/constraints.txt from what `python` (the environment's) has installed."""
+    pins = pinned(installed(python))
+    target = env / RELATIVE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# The pins of this lightning-xpu environment: every pip and uv install into it or into a user layer",
+             "# over it is constrained by this file (PIP_CONSTRAINT, UV_CONSTRAINT). Written by the install",
+             "# (lxpu_engine/pins.py) from the installed distributions; do not edit.",
+             *(f"{name}=={version}" for name, version in pins.items())]
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def read_constraints(path: Path) -> dict[str, str]:
+    """The pins of a constraints file this module wrote, by normalised name."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and not line.startswith("#"):
+            pins[norm(name.strip())] = version.strip()
+    return pins
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lxpu_engine.pins", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt")
+    write.add_argument("env", type=Path)
+    write.add_argument("--python", type=Path, default=Path(sys.executable),
+                       help="the environment's interpreter (default: this one)")
+    args = parser.parse_args(argv)
+    try:
+        path = write_constraints(args.env, args.python)
+    except (OSError, RuntimeError) as exc:
+        print(f"lxpu_engine.pins: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"+ wrote {path} ({len(read_constraints(path))} pins)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Issue 20, item 1: a user's own packages over a read-only environment, within the environment's pins.
+
+A small prebuilt environment (install_harness.make_prebuilt_env: torch and Lightning from the base venv) with the
+pins the install writes (lxpu_engine/pins.py), the repository's modulefile body and setup library, made read-only;
+`lightning-xpu user-env` makes the layer; real pip (and uv, where one is at hand) install tiny wheels built here,
+offline. One shell per entry (module, setup script) checks everything in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.install import install_harness as h
+
+REPO = h.REPO
+sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
+from lxpu_engine import pins  # noqa: E402
+
+
+def _wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A pure-Python wheel with one module, written by hand (no build backend, no network)."""
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                            + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    with zipfile.ZipFile(dest / f"{module}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append(f"{path},sha256={digest},{len(text.encode())}")
+        archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+
+
+def _uv() -> str | None:
+    """uv on PATH, or the one a session install bootstrapped (LXPU_UV names one)."""
+    return os.environ.get("LXPU_UV") or shutil.which("uv")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
+    work = tmp_path_factory.mktemp("userenv")
+    setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*-cpu.sh"))[0]
+    tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
+    prefix = work / "shared prefix"
+    prefix.mkdir()
+    root = h.make_prebuilt_env(prefix / tag, REPO)
+    pins.write_constraints(root, root / "bin" / "python")
+    (prefix / setup.name).write_bytes(setup.read_bytes())
+    (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
+    (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
+        (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    h.add_shared_code(prefix)
+    wheels = work / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "lxpu-demo", "1.0")
+    _wheel(wheels, "lxpu-needs-new-torch", "1.0", ("torch>99",))
+    _wheel(wheels, "lxpu-needs-old-lightning", "1.0", ("lightning==1.0",))
+    _wheel(wheels, "torch", "100.0")
+    _wheel(wheels, "lightning", "1.0")
+    for path in [prefix, *prefix.rglob("*")]:  # read-only for everyone (root still writes: see the listing check)
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return {"prefix": prefix, "root": root, "tag": tag, "setup": setup.name, "wheels": wheels, "work": work}
+
+
+def test_pins_are_derived_from_the_installed_distributions(world: dict[str, Path | str]) -> None:
+    root = Path(world["root"])
+    got = pins.read_constraints(root / pins.RELATIVE)
+    python = root / "bin" / "python"
+    versions = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('torch'), m.version('lightning'),"
+                            " m.version('pytorch-lightning'))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert (got["torch"], got["lightning"], got["pytorch-lightning"]) == tuple(versions)
+    # Looser requirements of torch (filelock, ...) stay free.
+    assert "filelock" not in got and "packaging" not in got
+
+
+def _listing(root: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*") if not p.is_symlink())
+
+
+@pytest.mark.parametrize("entry", ["setup script", "module"])
+def test_user_layer_over_a_read_only_environment(entry: str, world: dict[str, Path | str]) -> None:
+    prefix, tag, wheels = Path(world["prefix"]), str(world["tag"]), Path(world["wheels"])
+    home = Path(world["work"]) / f"home-{entry.replace(' ', '-')}"
+    home.mkdir()
+    load = h.load_line(entry, prefix, tag)
+    find = f"--no-index --find-links {shlex.quote(str(wheels))}"
+    uv = _uv()
+    uv_lines = (f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-new-torch 2>&1; echo uv-torch $?; "
+                f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-old-lightning 2>&1; echo uv-lightning $?"
+                if uv else "")
+    # The refusals (pip and uv, the environment and the layer) once, through the module; the setup script's
+    # entry checks what differs: that it finds the layer (about 2 s per pip run here).
+    full = entry == "module"
+    refusals = f"""
+pip install {find} lxpu-needs-new-torch 2>layer-torch.err; echo layer-torch $?
+pip install {find} lxpu-needs-old-lightning 2>layer-lightning.err; echo layer-lightning $?
+pip install --user {find} lxpu-demo 2>&1; echo user-flag $?
+{uv_lines}
+""" if full else ""
+    env_refusal = f"python -m pip install --dry-run {find} lxpu-needs-new-torch 2>&1; echo env-torch $?" if full else ""
+    script = f"""
+{load}
+{env_refusal}
+python -m lightning_xpu user-env; echo made $?
+{load}
+echo "venv $VIRTUAL_ENV"
+pip install {find} lxpu-demo >/dev/null 2>&1; echo demo $?
+python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", lxpu_demo.VERSION, torch.__version__)'
+{refusals}
+"""
+    before = _listing(Path(world["root"]))
+    env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull,
+           "UV_CACHE_DIR": str(home / "uv-cache"), "UV_NO_CONFIG": "1"}
+    done = subprocess.run(["bash", "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=300,
+                          check=False)
+    out = done.stdout + done.stderr
+    layer = home / ".local" / "lightning-xpu" / tag
+
+    def status(name: str) -> int:
+        return int(next(line.split()[-1] for line in done.stdout.splitlines() if line.startswith(name + " ")))
+
+    assert status("made") == 0 and (layer / "pyvenv.cfg").is_file(), out
+    assert f"venv {layer}" in done.stdout, out
+    assert status("demo") == 0, out
+    torch_pin = pins.read_constraints(Path(world["root"]) / pins.RELATIVE)["torch"]
+    assert f"imports 1.0 {torch_pin}" in done.stdout, out
+    assert _listing(Path(world["root"])) == before, "the shared environment changed"
+    assert list(layer.glob("lib/python*/site-packages/lxpu_demo/__init__.py")), "lxpu-demo is in the layer"
+    if not full:
+        return
+    assert status("env-torch") != 0 and "torch==" + torch_pin in out, out
+    pinned = pins.read_constraints(Path(world["root"]) / pins.RELATIVE)
+    for name, wanted in (("torch", "torch>99"), ("lightning", "lightning==1.0")):
+        assert status(f"layer-{name}") != 0, out
+        said = (home / f"layer-{name}.err").read_text().splitlines()
+        assert len(said) == 1 and wanted in said[0] and f"{name}=={pinned[name]}" in said[0], said
+    assert status("user-flag") == 2 and "without --user" in out, out
+    if uv:
+        assert status("uv-torch") != 0 and status("uv-lightning") != 0, out
+
+
+def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
+    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records."""
+    written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)
+    installed = {pins.norm(p["name"]): p["version"] for p in good_install.manifest["packages"]}
+    assert {"torch", "lightning", "pytorch-lightning"} <= written.keys()
+    assert {name: installed[name] for name in written} == written
