@@ -141,6 +141,26 @@ class Renderer:
             "setup_contract": self.recipes.library_contract(),
         }
 
+    def tag_data(self, version: Version, variant: str) -> dict[str, Any]:
+        """One tag's data for lxpu_engine.tagfiles.TagData.from_mapping: the install writes its modulefile and
+        setup script from it."""
+        return {
+            "tag": version.tag(variant),
+            "minor": version.minor,
+            "torch": version.torch,
+            "lightning": version.lightning,
+            "python": version.python,
+            "variant": variant,
+            "backend": version.backend,
+            "notes": version.notes,
+            "siblings": [version.tag(name) for name in version.variants],
+            "install_job": install_script(version.minor),
+            "variant_description": version.variants[variant].description,
+            "body_contract": int(self.recipes.body_contract()),
+            "setup_contract": int(self.recipes.library_contract()),
+            "legacy": self.recipes.matrix.legacy_line(version),
+        }
+
     def modulefile(self, version: Version, variant: str) -> Artifact:
         text = self._render("modulefile.lua.j2", self._entry_point_context(version, variant))
         self._check_names("modulefile.lua.j2", text)
