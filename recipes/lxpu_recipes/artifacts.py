@@ -178,8 +178,9 @@ class Renderer:
                 word for option in self.pip_options(version, variant, site) for word in option.split()
             ],
             "lock": self.lock_file(version, variant),
-            "setup": names.setup_path,
+            "setup": names.setup,
             "module": names.module,
+            "tag_data": json.dumps(self.tag_data(version, variant), sort_keys=True),
         }
 
     def pair(self, version: Version, site: Site, variants: list[str] | None = None) -> list[Artifact]:

@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.11
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b6b6ab2ec25749ee1156b99db1238243501064705c0735962c664bb656d0fe8e
+LXPU_RECIPE_HASH=46d1308e50efc4e0cebfb3dd72cb30c49556072dc684528e23337574957cd61d
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -45,29 +45,33 @@ LXPU_SITE_ENV=(
   'export CCL_OP_SYNC="${CCL_OP_SYNC:-1}"'
   'export CCL_ATL_SYNC_COLL="${CCL_ATL_SYNC_COLL:-1}"'
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.11
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.11.0+xpu torchvision==0.26.0+xpu torchaudio==2.11.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.11.sh
+LXPU_SETUP_xpu=lightning-setup-2.11.sh
 LXPU_MODULE_xpu=lightning-xpu/2.11
+LXPU_TAG_DATA_xpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.11.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.11", "notes": "torchaudio 2.11.0 is torchaudio'"'"'s last release (it supports torch>=2.11, pytorch/audio#4212). May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.11", "2.11-cpu", "2.11-cuda"], "tag": "2.11", "torch": "2.11.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.11-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.11.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.11-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.11-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.11-cpu
+LXPU_TAG_DATA_cpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.11.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.11", "notes": "torchaudio 2.11.0 is torchaudio'"'"'s last release (it supports torch>=2.11, pytorch/audio#4212). May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.11", "2.11-cpu", "2.11-cuda"], "tag": "2.11-cpu", "torch": "2.11.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.11-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.11-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.11-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.11-cuda
+LXPU_TAG_DATA_cuda='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.11.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.11", "notes": "torchaudio 2.11.0 is torchaudio'"'"'s last release (it supports torch>=2.11, pytorch/audio#4212). May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.11", "2.11-cpu", "2.11-cuda"], "tag": "2.11-cuda", "torch": "2.11.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b7085ab7446e70e578210e530147e84a108cfc1bdd7fb1231e19ec0884bcc9b3
+LXPU_RECIPE_HASH=5db8d40f095f523971503aae9f774da55aaf247ee30286865ab37e1c800a26a2
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -45,29 +45,33 @@ LXPU_SITE_ENV=(
   'export CCL_OP_SYNC="${CCL_OP_SYNC:-1}"'
   'export CCL_ATL_SYNC_COLL="${CCL_ATL_SYNC_COLL:-1}"'
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.13
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.13.0+xpu torchvision==0.28.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.13.sh
+LXPU_SETUP_xpu=lightning-setup-2.13.sh
 LXPU_MODULE_xpu=lightning-xpu/2.13
+LXPU_TAG_DATA_xpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.13.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.13", "notes": "oneAPI 2026 runtime (libsycl.so.9): do not mix with site oneAPI 2025 modules. No torchaudio release for this torch (PyTorchKR/pytorch.kr#102).", "python": "3.11", "setup_contract": 1, "siblings": ["2.13", "2.13-cpu", "2.13-cuda"], "tag": "2.13", "torch": "2.13.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.13-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.13.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=recipes/locks/2.13-cpu.txt
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.13-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.13-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.13-cpu
+LXPU_TAG_DATA_cpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.13.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.13", "notes": "oneAPI 2026 runtime (libsycl.so.9): do not mix with site oneAPI 2025 modules. No torchaudio release for this torch (PyTorchKR/pytorch.kr#102).", "python": "3.11", "setup_contract": 1, "siblings": ["2.13", "2.13-cpu", "2.13-cuda"], "tag": "2.13-cpu", "torch": "2.13.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.13-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.13.0 torchvision==0.28.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.13-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.13-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.13-cuda
+LXPU_TAG_DATA_cuda='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.13.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.13", "notes": "oneAPI 2026 runtime (libsycl.so.9): do not mix with site oneAPI 2025 modules. No torchaudio release for this torch (PyTorchKR/pytorch.kr#102).", "python": "3.11", "setup_contract": 1, "siblings": ["2.13", "2.13-cpu", "2.13-cuda"], "tag": "2.13-cuda", "torch": "2.13.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -24,7 +24,7 @@ LXPU_CONTRACT=4
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=944d2339df3a228eefcbf87945bb940794881397d990b2bad2dd354275f4a994
+LXPU_RECIPE_HASH=dda158cef16eabd3bd1daada82e27c9d4aff353cc048abdcfe13e5474bbceb84
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -46,29 +46,33 @@ LXPU_SITE_ENV=(
   'export CCL_OP_SYNC="${CCL_OP_SYNC:-1}"'
   'export CCL_ATL_SYNC_COLL="${CCL_ATL_SYNC_COLL:-1}"'
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.7
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.7.0+xpu torchvision==0.22.0+xpu torchaudio==2.7.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.7.10+xpu oneccl_bind_pt==2.7.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.7.sh
+LXPU_SETUP_xpu=lightning-setup-2.7.sh
 LXPU_MODULE_xpu=lightning-xpu/2.7
+LXPU_TAG_DATA_xpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.7.sh", "legacy": "lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.7", "notes": "IPEX 2.7.10+xpu is built against torch 2.7.0, so 2.7.0 (not 2.7.1) is pinned.", "python": "3.11", "setup_contract": 1, "siblings": ["2.7", "2.7-cpu", "2.7-cuda"], "tag": "2.7", "torch": "2.7.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.7-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.7.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.7-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.7-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.7-cpu
+LXPU_TAG_DATA_cpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.7.sh", "legacy": "lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.7", "notes": "IPEX 2.7.10+xpu is built against torch 2.7.0, so 2.7.0 (not 2.7.1) is pinned.", "python": "3.11", "setup_contract": 1, "siblings": ["2.7", "2.7-cpu", "2.7-cuda"], "tag": "2.7-cpu", "torch": "2.7.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.7-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.7.0 torchvision==0.22.0 torchaudio==2.7.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.7-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.7-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.7-cuda
+LXPU_TAG_DATA_cuda='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.7.sh", "legacy": "lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.7", "notes": "IPEX 2.7.10+xpu is built against torch 2.7.0, so 2.7.0 (not 2.7.1) is pinned.", "python": "3.11", "setup_contract": 1, "siblings": ["2.7", "2.7-cpu", "2.7-cuda"], "tag": "2.7-cuda", "torch": "2.7.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -23,7 +23,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=d958359e4b382d5e998503918e8518641916a71e0b5877ddacad2552247b753d
+LXPU_RECIPE_HASH=904de760c564da38994419cc6a2405d1b47f4b7de97f095537081f441a8039fa
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora
@@ -45,29 +45,33 @@ LXPU_SITE_ENV=(
   'export CCL_OP_SYNC="${CCL_OP_SYNC:-1}"'
   'export CCL_ATL_SYNC_COLL="${CCL_ATL_SYNC_COLL:-1}"'
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.9
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.9.1+xpu torchvision==0.24.1+xpu torchaudio==2.9.1+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.9.sh
+LXPU_SETUP_xpu=lightning-setup-2.9.sh
 LXPU_MODULE_xpu=lightning-xpu/2.9
+LXPU_TAG_DATA_xpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.9.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.9", "notes": "RSE-Cambridge Intro-to-Dawn pins torch>=2.9.1 with pytorch-triton-xpu>=3.5.0 on Dawn.", "python": "3.11", "setup_contract": 1, "siblings": ["2.9", "2.9-cpu", "2.9-cuda"], "tag": "2.9", "torch": "2.9.1", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.9-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.9.1+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.9-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.9-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.9-cpu
+LXPU_TAG_DATA_cpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.9.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.9", "notes": "RSE-Cambridge Intro-to-Dawn pins torch>=2.9.1 with pytorch-triton-xpu>=3.5.0 on Dawn.", "python": "3.11", "setup_contract": 1, "siblings": ["2.9", "2.9-cpu", "2.9-cuda"], "tag": "2.9-cpu", "torch": "2.9.1", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.9-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.9.1 torchvision==0.24.1 torchaudio==2.9.1 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.9-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.9-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.9-cuda
+LXPU_TAG_DATA_cuda='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.9.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.9", "notes": "RSE-Cambridge Intro-to-Dawn pins torch>=2.9.1 with pytorch-triton-xpu>=3.5.0 on Dawn.", "python": "3.11", "setup_contract": 1, "siblings": ["2.9", "2.9-cpu", "2.9-cuda"], "tag": "2.9-cuda", "torch": "2.9.1", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -22,7 +22,7 @@ LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=2a2d9894ac7733b3f459a93fa6b64219d44ea4491abc92e43e5c06025a3ea018
+LXPU_RECIPE_HASH=f2acec3bac2366347bc607ced6490e0ebb567aa7f6997f7cb15ec6a33e34ce5b
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn
@@ -45,29 +45,33 @@ LXPU_SITE_ENV=(
   'export I_MPI_HYDRA_BOOTSTRAP="${I_MPI_HYDRA_BOOTSTRAP:-slurm}"'
   'export I_MPI_JOB_RESPECT_PROCESS_PLACEMENT="${I_MPI_JOB_RESPECT_PROCESS_PLACEMENT:-0}"'
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.6
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.6.sh
+LXPU_SETUP_xpu=lightning-setup-2.6.sh
 LXPU_MODULE_xpu=lightning-xpu/2.6
+LXPU_TAG_DATA_xpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6", "torch": "2.6.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.6-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.6-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.6-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.6-cpu
+LXPU_TAG_DATA_cpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6-cpu", "torch": "2.6.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.6-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.6-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.6-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.6-cuda
+LXPU_TAG_DATA_cuda='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6-cuda", "torch": "2.6.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -19,7 +19,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=ceba0b9a1c4ed423a0cc9e69ccd4cc1f818629baac349592359c923007e398e0
+LXPU_RECIPE_HASH=0c7b88fc56e74cc866340d58ada19dabf0ad0cd5fc0d9c83171a2eb1c299a8e3
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -33,29 +33,33 @@ LXPU_SITE_PYTHON_MODULE=''
 LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.12
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.12.0+xpu torchvision==0.27.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.12.sh
+LXPU_SETUP_xpu=lightning-setup-2.12.sh
 LXPU_MODULE_xpu=lightning-xpu/2.12
+LXPU_TAG_DATA_xpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.12.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.12", "notes": "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it. May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.12", "2.12-cpu", "2.12-cuda"], "tag": "2.12", "torch": "2.12.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.12-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.12.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.12-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.12-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.12-cpu
+LXPU_TAG_DATA_cpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.12.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.12", "notes": "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it. May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.12", "2.12-cpu", "2.12-cuda"], "tag": "2.12-cpu", "torch": "2.12.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.12-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.12.0 torchvision==0.27.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.12-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.12-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.12-cuda
+LXPU_TAG_DATA_cuda='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.12.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.12", "notes": "No torchaudio release for this torch (pytorch.org version compatibility, mirrored in PyTorchKR/pytorch.kr#102); torchaudio 2.11.0 supports torch>=2.11 (pytorch/audio#4212) if you need it. May 2026: installs of torch XPU 2.10-2.12 from /whl/xpu broke while the oneAPI runtime wheels (intel-cmplr-lib-rt, ...) were missing from that index; the workaround was to install them from PyPI first (pytorch/pytorch#185608, #185681).", "python": "3.11", "setup_contract": 1, "siblings": ["2.12", "2.12-cpu", "2.12-cuda"], "tag": "2.12-cuda", "torch": "2.12.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

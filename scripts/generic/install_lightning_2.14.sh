@@ -19,7 +19,7 @@ set -euo pipefail
 LXPU_CONTRACT=4
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=72eff3910c4d720e586708215ed93bad625afdc09f81eb11049727b717d9042a
+LXPU_RECIPE_HASH=eb65eee4af5f3748846dd4ded818af3f24620f2a26767adee709c09fc8882c45
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -33,29 +33,33 @@ LXPU_SITE_PYTHON_MODULE=''
 LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.14
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.14.0+xpu torchvision==0.29.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.14.sh
+LXPU_SETUP_xpu=lightning-setup-2.14.sh
 LXPU_MODULE_xpu=lightning-xpu/2.14
+LXPU_TAG_DATA_xpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.14.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.14", "notes": "No torchaudio release for this torch.", "python": "3.11", "setup_contract": 1, "siblings": ["2.14", "2.14-cpu", "2.14-cuda"], "tag": "2.14", "torch": "2.14.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.14-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.14.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.14-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.14-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.14-cpu
+LXPU_TAG_DATA_cpu='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.14.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.14", "notes": "No torchaudio release for this torch.", "python": "3.11", "setup_contract": 1, "siblings": ["2.14", "2.14-cpu", "2.14-cuda"], "tag": "2.14-cpu", "torch": "2.14.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.14-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.14.0 torchvision==0.29.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.14-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.14-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.14-cuda
+LXPU_TAG_DATA_cuda='{"backend": "xccl", "body_contract": 1, "install_job": "install_lightning_2.14.sh", "legacy": "", "lightning": "2.6.6", "minor": "2.14", "notes": "No torchaudio release for this torch.", "python": "3.11", "setup_contract": 1, "siblings": ["2.14", "2.14-cpu", "2.14-cuda"], "tag": "2.14-cuda", "torch": "2.14.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -20,7 +20,7 @@ LXPU_CONTRACT=4
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=b0375528a00ff6dd85f1e25440fe18e63d1477bb32b634563d4c4c87042d9e5e
+LXPU_RECIPE_HASH=0ec0c224b0b3afce54037072cecdc8aa60b557255fed43f36f4b4b5d67b0937c
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -34,29 +34,33 @@ LXPU_SITE_PYTHON_MODULE=''
 LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.5
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.5.1+cxx11.abi torchvision==0.20.1+cxx11.abi torchaudio==2.5.1+cxx11.abi lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.5.10+xpu oneccl_bind_pt==2.5.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.5.sh
+LXPU_SETUP_xpu=lightning-setup-2.5.sh
 LXPU_MODULE_xpu=lightning-xpu/2.5
+LXPU_TAG_DATA_xpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.5.sh", "legacy": "lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.5", "notes": "IPEX 2.5.10+xpu needs the IPEX index'"'"'s own torch 2.5.1+cxx11.abi build, so the xpu variant takes torch from the Intel index.", "python": "3.11", "setup_contract": 1, "siblings": ["2.5", "2.5-cpu", "2.5-cuda"], "tag": "2.5", "torch": "2.5.1", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.5-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.5.1+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.5-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.5-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.5-cpu
+LXPU_TAG_DATA_cpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.5.sh", "legacy": "lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.5", "notes": "IPEX 2.5.10+xpu needs the IPEX index'"'"'s own torch 2.5.1+cxx11.abi build, so the xpu variant takes torch from the Intel index.", "python": "3.11", "setup_contract": 1, "siblings": ["2.5", "2.5-cpu", "2.5-cuda"], "tag": "2.5-cpu", "torch": "2.5.1", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.5-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.5.1 torchvision==0.20.1 torchaudio==2.5.1 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.5-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.5-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.5-cuda
+LXPU_TAG_DATA_cuda='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.5.sh", "legacy": "lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.5", "notes": "IPEX 2.5.10+xpu needs the IPEX index'"'"'s own torch 2.5.1+cxx11.abi build, so the xpu variant takes torch from the Intel index.", "python": "3.11", "setup_contract": 1, "siblings": ["2.5", "2.5-cpu", "2.5-cuda"], "tag": "2.5-cuda", "torch": "2.5.1", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

@@ -20,7 +20,7 @@ LXPU_CONTRACT=4
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=38e9b3e951a0d8ebd81c320e5f3c4345308344b8251fd3a8098b44f08d60aed4
+LXPU_RECIPE_HASH=495c33c71a3e838f0143cbff7b62ce46f460c9b242148ec8b9d01af9c7836b95
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic
@@ -34,29 +34,33 @@ LXPU_SITE_PYTHON_MODULE=''
 LXPU_BUILD_TOOLS=(setuptools==84.2.1)
 LXPU_SITE_ENV=(
 )
-# Per variant: the tag, Python, pins, package sources, lock and setup script (repository paths) and module.
+# Per variant: the tag, Python, pins, package sources, lock, setup script name, module and the tag data (JSON) the
+# install writes the modulefile and setup script from.
 # Every name derived from the tag comes from here: the engine derives none.
 LXPU_TAG_xpu=2.6
 LXPU_PYTHON_xpu=3.11
 LXPU_REQUIREMENTS_xpu=(torch==2.6.0+xpu torchvision==0.21.0+xpu torchaudio==2.6.0+xpu lightning==2.6.6 pytorch-lightning==2.6.6 intel-extension-for-pytorch==2.6.10+xpu oneccl_bind_pt==2.6.0+xpu)
 LXPU_PIP_SOURCES_xpu=(--index-url https://download.pytorch.org/whl/xpu --extra-index-url https://pytorch-extension.intel.com/release-whl/stable/xpu/us/ --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_xpu=''
-LXPU_SETUP_xpu=scripts/common/setup/lightning-setup-2.6.sh
+LXPU_SETUP_xpu=lightning-setup-2.6.sh
 LXPU_MODULE_xpu=lightning-xpu/2.6
+LXPU_TAG_DATA_xpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6", "torch": "2.6.0", "variant": "xpu", "variant_description": "Intel GPU (XPU) wheels"}'
 LXPU_TAG_cpu=2.6-cpu
 LXPU_PYTHON_cpu=3.11
 LXPU_REQUIREMENTS_cpu=(torch==2.6.0+cpu lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cpu=(--index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple)
 LXPU_LOCK_cpu=''
-LXPU_SETUP_cpu=scripts/common/setup/lightning-setup-2.6-cpu.sh
+LXPU_SETUP_cpu=lightning-setup-2.6-cpu.sh
 LXPU_MODULE_cpu=lightning-xpu/2.6-cpu
+LXPU_TAG_DATA_cpu='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6-cpu", "torch": "2.6.0", "variant": "cpu", "variant_description": "CPU-only wheels (no accelerator)"}'
 LXPU_TAG_cuda=2.6-cuda
 LXPU_PYTHON_cuda=3.11
 LXPU_REQUIREMENTS_cuda=(torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 lightning==2.6.6 pytorch-lightning==2.6.6)
 LXPU_PIP_SOURCES_cuda=(--index-url https://pypi.org/simple)
 LXPU_LOCK_cuda=''
-LXPU_SETUP_cuda=scripts/common/setup/lightning-setup-2.6-cuda.sh
+LXPU_SETUP_cuda=lightning-setup-2.6-cuda.sh
 LXPU_MODULE_cuda=lightning-xpu/2.6-cuda
+LXPU_TAG_DATA_cuda='{"backend": "ccl", "body_contract": 1, "install_job": "install_lightning_2.6.sh", "legacy": "lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe", "lightning": "2.6.6", "minor": "2.6", "notes": "IPEX 2.6.10 is the first IPEX that runs on the official torch XPU wheels (CXX11 ABI).", "python": "3.11", "setup_contract": 1, "siblings": ["2.6", "2.6-cpu", "2.6-cuda"], "tag": "2.6-cuda", "torch": "2.6.0", "variant": "cuda", "variant_description": "NVIDIA CUDA wheels (PyPI'"'"'s default Linux build of torch)"}'
 # The code behind every modulefile and setup script (repository paths), and the setup library's name in the prefix.
 LXPU_MODULE_BODY=modulefiles/lightning-xpu/.lightning-xpu.lua
 LXPU_SETUP_LIB=scripts/common/setup/lightning-setup.lib.sh

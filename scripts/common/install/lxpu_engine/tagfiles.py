@@ -9,8 +9,10 @@ or the new one, never half of one. Standard library only (it runs on the Python 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,12 +61,12 @@ class TagData:
 
         def number(key: str) -> int:
             value = data.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).isdigit():
+            if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
                 raise TagDataError(f"tag data: '{key}' must be a contract number (got {value!r})")
             return int(value)
 
         siblings = data.get("siblings")
-        if not isinstance(siblings, list | tuple) or not all(isinstance(s, str) and s for s in siblings):
+        if not isinstance(siblings, (list, tuple)) or not all(isinstance(s, str) and s for s in siblings):
             raise TagDataError(f"tag data: 'siblings' must be a list of tags (got {siblings!r})")
         return cls(
             tag=text("tag"),
@@ -193,6 +195,11 @@ def setup_text(tag: TagData) -> str:
 
 def _write_atomic(path: Path, text: str, mode: int) -> None:
     """Temporary file in the same directory, then rename: readers never see half a file."""
+    try:
+        if path.read_text() == text and (path.stat().st_mode & 0o7777) == mode:
+            return  # unchanged: a no-op rerun rewrites nothing
+    except OSError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -288,3 +295,25 @@ def write_site_validation_job(prefix: Path, site: Mapping[str, Any], source: Pat
     job = prefix / VALIDATION_JOB
     _write_atomic(job, validation_job_text(prefix, site), 0o755)
     return job
+
+
+def main(argv: list[str]) -> int:
+    """`write PREFIX TAG_DATA_JSON` or `current PREFIX TAG_DATA_JSON` (exit 0 when current, 1 when not): the
+    engine's entry-points step calls these."""
+    if len(argv) != 3 or argv[0] not in ("write", "current"):
+        print("usage: python -m lxpu_engine.tagfiles write|current PREFIX TAG_DATA_JSON", file=sys.stderr)
+        return 2
+    try:
+        tag = TagData.from_mapping(json.loads(argv[2]))
+    except (ValueError, TypeError) as error:  # json.JSONDecodeError and TagDataError are ValueErrors
+        print(f"lightning-xpu engine: {error}", file=sys.stderr)
+        return 2
+    if argv[0] == "current":
+        return 0 if tag_files_current(Path(argv[1]), tag) else 1
+    for path in write_tag_files(Path(argv[1]), tag):
+        print(f"+ write {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
