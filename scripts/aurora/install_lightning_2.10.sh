@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=e0e885e28c43e2e2dee2d7a5995c8f8d88274836d7e0dab8944c2c9db3a49f65
+LXPU_RECIPE_HASH=b5756106923a973346d6c9908d1d0ad77b57c883a1f7f9d2675cfba155797c4a
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.11
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=46d1308e50efc4e0cebfb3dd72cb30c49556072dc684528e23337574957cd61d
+LXPU_RECIPE_HASH=1caeb9386f94ffce774718d5d57e1dd95cc94bbb20d1f6d3cbf995dc9d969d47
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=f109ea17f8e219520a4ca4213dd20f1dfec0ea472b80c8898e81a2d632a30dbf
+LXPU_RECIPE_HASH=2af6b4be3e54529acecdf8d78bcf41e19c6fa7ed4bd659ef75afd76d9d599ed8
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

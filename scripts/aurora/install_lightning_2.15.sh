@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.15
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=7afb0d0d077defdca6bc5321e0421ac9ef3a8687de4f05776ea5271bad872821
+LXPU_RECIPE_HASH=7d64206ff46537554d16446ded8c06fefb9683690c24af58cae842d7b35f99ca
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,11 +20,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=3a65e808744a884ec96d17d41b27855aab1009245d226832ec523753313645b2
+LXPU_RECIPE_HASH=dc4f9e279beaea8b2b5b8721cce77c2ea42244f508518bbe022da6bd2c02a61d
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,11 +20,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=91e3c3a067b67a5b53378a04b335a61e565cdfc4f2dffdc165ba91e9aba56395
+LXPU_RECIPE_HASH=b26cbc90916a25c2bec22d42d2f106ce432d6e95e705bb8540412a5eac8f22e9
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,11 +20,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=dda158cef16eabd3bd1daada82e27c9d4aff353cc048abdcfe13e5474bbceb84
+LXPU_RECIPE_HASH=bc2d04773c1661b9e28d3f8af38d3b3763a0f58e87e3134f2e574bdb11b0e217
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=30808d68914f3469202121dd23d362a87359037855af97df8b0c5d29bfb782fc
+LXPU_RECIPE_HASH=b4b6dfc98d4dfa556dc35728170a480892f2f888ca3dceb6d443cece65d5b020
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -20,10 +20,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=904de760c564da38994419cc6a2405d1b47f4b7de97f095537081f441a8039fa
+LXPU_RECIPE_HASH=a4addde20c4394ab72afb486c28699a6ac429e5c340176b831f07e41668cec2b
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=aurora

@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=1d9109e9c955999475c7a85e719ad041ab7deb70fb378efe20277c7f512f1355
+LXPU_RECIPE_HASH=fce051f7305bccec1f825cfddb94012652022f680512d6b1e617b0bd06cb28af
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=605bb9f122ca3d793e8832245201780408b7e48551fcf27095bf445d2e5a61cf
+LXPU_RECIPE_HASH=105621a71129b2b47bb67a652f44e8baa63ce86bce91e70b506df04b5ded2aa7
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=b66ee159e0709bc233159fc45902de87b3fb6174c37c5d508eb4d04727c99795
+LXPU_RECIPE_HASH=5ceec8521b7602364aaa8b78ee2ff163f27986121a2287b6eea0e396395f6e69
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.15
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=7791587b558b77cdd0e292a07e251093ea11a5398976f2836010b4033cdd50df
+LXPU_RECIPE_HASH=2df1f4862079185aa8b4b9fa49d26b459a490c5bca70334b504b2135f75e5e9a
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -18,11 +18,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=038c84c5bc39a9c4f70865753e80618a8c9a4f22811584d16e3854dd3bd1bdc8
+LXPU_RECIPE_HASH=e7c7cf0835db5610cf6d58f136110e69f0f11f067f69a0ba21519ececcbcc090
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

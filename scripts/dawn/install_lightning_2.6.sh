@@ -18,11 +18,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=f2acec3bac2366347bc607ced6490e0ebb567aa7f6997f7cb15ec6a33e34ce5b
+LXPU_RECIPE_HASH=f567c51bdb672980c9342d63837fe06688464ab1c65582866c8e826e271e11f9
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

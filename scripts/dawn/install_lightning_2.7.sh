@@ -18,11 +18,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=290c0d534c49f2451352a045ee8c2a14d57136ca1e56c8bec2f7de4be68d9046
+LXPU_RECIPE_HASH=fc6c0a658d903b99629c81d75eba251b18eda6786a07900e2879fa8dccf15714
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

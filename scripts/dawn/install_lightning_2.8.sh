@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=1c5a9392452edc95d8afa9f81ed5c23de8b311e01979df09ad553ded44918ddb
+LXPU_RECIPE_HASH=abbb6533695beaad6c24a23baa40df0de0d120e925d2b8404f05385057741e88
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

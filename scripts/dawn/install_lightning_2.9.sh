@@ -18,10 +18,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=81faa6bf2b1007e07837268ff4860186525b19ce53974851dd56d8c1f6d240b2
+LXPU_RECIPE_HASH=a3ca86bcfe9b9f5f84e381d1371202d401356c15bc5a49d4b243d881a7d69ee0
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=dawn

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.10
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=3fec75f61b5b0bcfb73772ce50dd7d0b4658fd63238ab7c9e5b710b9ebd0a6ef
+LXPU_RECIPE_HASH=8b5d771b39996a1946602622f8cbb870065d54a803d446e2cd039f6997a91401
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.11
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=81cd62a83783e319f2a11612b5c04818d665198b4103d45dbdd8426710319b19
+LXPU_RECIPE_HASH=6d2cc9351b9af0e5226f56a7324bbabe2c5122c17a0be724d210f66558e7f0df
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.12
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=0c7b88fc56e74cc866340d58ada19dabf0ad0cd5fc0d9c83171a2eb1c299a8e3
+LXPU_RECIPE_HASH=8e95283ef7cba1a5418f3a4fa4fcef220859f16e219a37cb4460a3244150f898
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.13
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=da05add524a7dcefe1b2e7947232d6cdd8f3176b5943d5d21dc815eeedbb03a2
+LXPU_RECIPE_HASH=c9bc1778bd5f797d03cb834a09bad181a6526ed5fed5eb19e5eb73dbf6a39bab
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

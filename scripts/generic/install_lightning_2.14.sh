@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.14
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=eb65eee4af5f3748846dd4ded818af3f24620f2a26767adee709c09fc8882c45
+LXPU_RECIPE_HASH=d8a3e23b961fcc7e8cc7256ecf354e6b4ced9e4309976224f4f81aba012721b4
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.15
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=8a95785a96bfb8687fec1e19c6f14e26b06dd1cf66c70ea63ef609121e2ae5b9
+LXPU_RECIPE_HASH=5bb737c0bd502b3ff60b19f43955d588cdeb5ff837f47b682a15b4e16a810a2e
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

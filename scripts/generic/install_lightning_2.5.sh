@@ -16,11 +16,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.5
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.5 is a legacy recipe: its XPU build needs IPEX 2.5.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.5.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=0ec0c224b0b3afce54037072cecdc8aa60b557255fed43f36f4b4b5d67b0937c
+LXPU_RECIPE_HASH=80ec83e9bab102cce82f4543542fd52b3c41b278410bf9d5f46677cf87258e52
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,11 +16,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.6
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.6 is a legacy recipe: its XPU build needs IPEX 2.6.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.6.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=495c33c71a3e838f0143cbff7b62ce46f460c9b242148ec8b9d01af9c7836b95
+LXPU_RECIPE_HASH=14b95a4dfd85aaf451adab7a7a72b3fa9f8d51a0c28773b2bbf00913e8dba22c
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,11 +16,11 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.7
 LXPU_LIGHTNING_VERSION=2.6.6
 LXPU_LEGACY='lightning-xpu 2.7 is a legacy recipe: its XPU build needs IPEX 2.7.10+xpu (archived March 2026, last release 2.8.10+xpu) and torch-ccl 2.7.0+xpu (deprecated, last release v2.8.0+xpu); it stays buildable, but move to the PyTorch 2.15 recipe'
-LXPU_RECIPE_HASH=4716e6e9c7d9005a98904d69d69099166759cd74d0e4ae1904dda2e1b85970a6
+LXPU_RECIPE_HASH=b469515ac44ad9e394f45b1f664df247c6a1a4989669629db1c5b40c9edcccf9
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.8
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=4d95adc064c84ab0204d91898a2a62b4df83ed6327f2c55e5ac1f86d93744c45
+LXPU_RECIPE_HASH=412f280659cd3aca5e48f879d58828c56cac0605f71ec6dca1a08f1513ad3824
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -16,10 +16,10 @@ set -euo pipefail
 # ---- recipe data (read by the engine; the contract is in docs/architecture.md) ----
 # shellcheck disable=SC2034,SC2016  # read by the engine; a leading $HOME is expanded by the engine
 {
-LXPU_CONTRACT=4
+LXPU_CONTRACT=5
 LXPU_VERSION=2.9
 LXPU_LIGHTNING_VERSION=2.6.6
-LXPU_RECIPE_HASH=29128bd955d3266dd4295c4488744736bf3f332e08328213c69f198a1ea24aa7
+LXPU_RECIPE_HASH=f243802d2cdcde179cf3872132a7357ef337ee57b9c6ba1c4dcf976192afedf8
 LXPU_VARIANTS='xpu cpu cuda'
 LXPU_CONDA_CHANNELS='conda-forge nodefaults'
 LXPU_SITE=generic

@@ -17,7 +17,7 @@
 # The version of the data contract between the rendered jobs and this engine. Bump it with any change to the
 # LXPU_* names or their meaning; `python recipes/render.py render --all` then renders it into every job.
 # shellcheck disable=SC2034  # read by the job
-LXPU_ENGINE_CONTRACT=4
+LXPU_ENGINE_CONTRACT=5
 
 # The engine's Python package (lxpu_engine/: publishing, leases, links, cleanup, the lock, --prune/--uninstall/
 # --rollback, the free-space check), next to this file.
