@@ -8,7 +8,8 @@
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
 #   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
-#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename), and
+#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (written from the tag data by
+#   lxpu_engine/tagfiles.py, temp file + rename), and
 #   the shared code they call: <prefix>/.lightning-setup.lib.sh, <prefix>/modulefiles/lightning-xpu/.lightning-xpu.lua
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
 # Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are Python, in lxpu_engine/
@@ -610,8 +611,7 @@ _lxpu_hash_inputs() {
 		(
 			cd "$_lxpu_source"
 			local item items=()
-			for item in lightning_xpu pyproject.toml README.md README.rst LICENSE setup.cfg setup.py \
-				scripts/common "modulefiles/lightning-xpu/$_lxpu_tag.lua"; do
+			for item in lightning_xpu pyproject.toml README.md README.rst LICENSE setup.cfg setup.py scripts/common; do
 				[[ -e "$item" ]] && items+=("$item")
 			done
 			find "${items[@]}" -type f ! -name '*.py[co]' ! -path '*/__pycache__/*' -print0 |
