@@ -1,6 +1,6 @@
 -- lightning-xpu modulefile body: the code of every lightning-xpu/<tag> modulefile, which holds only its data.
--- Written by hand, not rendered (the modulefiles are: recipes/templates/modulefile.lua.j2). One piece of code for
--- every tag: an edit here changes every modulefile of the repository and, once an install job copies it, of the prefix.
+-- Written by hand; the install writes the per-tag modulefiles (lxpu_engine/tagfiles.py) and copies this next to them.
+-- One piece of code for every tag: an edit here changes every modulefile of a prefix once an install copies it.
 --
 -- Relocatable: the install job copies each modulefile verbatim to <prefix>/modulefiles/lightning-xpu/<tag>.lua
 -- and this body next to it as .lightning-xpu.lua (temp file + rename each); Lmod offers no file whose name starts
@@ -71,11 +71,10 @@ if not prefix then
     .. "(as the install job puts it), not at " .. quoted(modfile))
 end
 
--- Variant guard and repository copy (issue 14), one block. `module load lightning-xpu/<ver>` loads exactly
+-- Variant guard (issue 14). `module load lightning-xpu/<ver>` loads exactly
 -- <ver>: Lmod 8.6 matches a version by prefix, so lightning-xpu/<minor> would load this <variant> build
 -- when no other <minor> is installed; refuse that and name the exact module and the installed variants
--- (a load without a version, or by its full name, is Lmod's choice and passes). The repository's own copy of
--- a modulefile (a template, hidden by its .modulerc.lua) says so and how to install.
+-- (a load without a version, or by its full name, is Lmod's choice and passes).
 if mode() == "load" then
   local asked = myModuleUsrName():match("^[^/]+/(.+)$")
   if asked and asked ~= tag and asked ~= "default" and asked ~= "latest" then
@@ -92,12 +91,6 @@ if mode() == "load" then
     LmodError("lightning-xpu/" .. asked .. " is not installed: Lmod matched it to lightning-xpu/" .. tag
       .. " (" .. variant .. "), which is not what you asked for. Load it by its exact name, module load lightning-xpu/" .. tag
       .. ", or install " .. asked .. ". Installed variants of " .. minor .. ": " .. table.concat(installed, ", "))
-  end
-  if isFile(pathJoin(prefix, "recipes/templates/modulefile.lua.j2")) then
-    LmodError("lightning-xpu/" .. tag .. ": this is the repository's copy of the modulefile (" .. quoted(modfile)
-      .. "), a template with no environment behind it. Install it: bash "
-      .. quoted(pathJoin(prefix, "scripts/<site>/" .. install_job))
-      .. " --variant " .. variant .. " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'")
   end
 end
 

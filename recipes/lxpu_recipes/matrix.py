@@ -60,11 +60,6 @@ class TagNames:
         return f"lightning-setup-{self.tag}.sh"
 
     @property
-    def setup_path(self) -> str:
-        """Where the setup script is committed (rendered once per tag, the same for every site)."""
-        return f"scripts/common/setup/{self.setup}"
-
-    @property
     def conda_env(self) -> str:
         return f"lightning-xpu-{self.tag}"
 

@@ -11,19 +11,20 @@ import tempfile
 from pathlib import Path
 
 from . import handwritten
-from .artifacts import Artifact, Renderer, repository_modulerc
+from .artifacts import Artifact, Renderer
 from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, Version
 from .recipes import INSTALL_DATA
 from .sites import Site
 
-# The committed renders this renderer owns. scripts/common/ is written by hand (the engine, toy_fit.py), except
-# its setup/ directory.
+# The committed renders this renderer owns: the install jobs. The per-tag modulefiles and setup scripts are written
+# by the install (lxpu_engine/tagfiles.py); the patterns below find copies an older checkout committed, which
+# `render --all` deletes and `check` refuses.
 COMMITTED_PATTERNS = (
     INSTALL_DATA,
     "scripts/*/install_lightning_*.sh",
     "scripts/common/setup/lightning-setup-*.sh",
-    "modulefiles/lightning-xpu/*.lua",  # .modulerc.lua too (pathlib's * matches dot files)
+    "modulefiles/lightning-xpu/*.lua",  # a .modulerc.lua too (pathlib's * matches dot files)
 )
 # Written by hand next to the renders: the code the thin modulefiles run (the setup library's name matches no
 # pattern above).
@@ -33,8 +34,7 @@ _HAND_WRITTEN = ("scripts/common/install_lightning_", MODULEFILE_BODY)
 def render_selection(
     renderer: Renderer, versions: list[Version], sites: list[Site], variants: list[str] | None
 ) -> list[Artifact]:
-    """Every artifact of the selected (version, site) pairs; a modulefile (one per version and variant, the
-    same for every site) appears once."""
+    """Every artifact of the selected (version, site) pairs; one rendered the same for every site appears once."""
     by_path: dict[str, Artifact] = {}
     for version in versions:
         chosen = renderer.recipes.select_variants(version, variants, strict=False)
@@ -54,15 +54,6 @@ def render_selection(
         False,
         True,
     )
-    tags = [
-        version.tag(name)
-        for version in versions
-        for name in version.variants
-        if version.names(name).modulefile in by_path
-    ]
-    if tags:
-        modulerc = repository_modulerc(tags)
-        by_path[modulerc.path] = modulerc
     return list(by_path.values())
 
 

@@ -132,8 +132,8 @@ def make_source(dest: Path) -> Path:
     for name in copied:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, dest / name, ignore=ignore)
-    if not (dest / "modulefiles" / "lightning-xpu" / f"{TAG}.lua").is_file():
-        pytest.fail(f"modulefiles/lightning-xpu/{TAG}.lua is missing: python recipes/render.py render --all")
+    if not (dest / MODULEFILE_BODY).is_file():
+        pytest.fail(f"{MODULEFILE_BODY} is missing from the repository: the install job writes it into the prefix")
     (dest / "scripts" / SITE).mkdir(parents=True, exist_ok=True)
     git = ["git", "-C", str(dest), "-c", "user.name=test", "-c", "user.email=test@localhost"]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -527,3 +527,20 @@ def assert_torchrun_workers(out: Path, executable: str) -> None:
         report = (out / f"rank-{rank}").read_text()
         status, total, python = report.split("\n")[0].split(" ", 2)
         assert (status, total, python) == ("0", "2", executable), report
+
+
+def expected_tag_files(prefix: Path) -> dict[Path, str]:
+    """TAG's modulefile and setup script as lxpu_engine/tagfiles.py writes them from the recipe's data
+    (recipes/matrix.toml through the renderer): what the install must have written into `prefix`."""
+    for path in (REPO / "recipes", REPO / "scripts/common/install"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    from lxpu_engine.tagfiles import TagData, modulefile_text, setup_text
+    from lxpu_recipes.artifacts import Renderer
+    from lxpu_recipes.recipes import load_recipes
+
+    recipes = load_recipes(REPO / "recipes")
+    version = recipes.matrix.versions[VERSION]
+    variant = next(name for name in version.variants if version.tag(name) == TAG)
+    tag = TagData.from_mapping(Renderer(recipes).tag_data(version, variant))
+    return {prefix / tag.modulefile_name: modulefile_text(tag), prefix / tag.setup_name: setup_text(tag)}

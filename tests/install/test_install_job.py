@@ -105,11 +105,8 @@ def test_layout_hook_and_bytecode(good_install: h.GoodInstall) -> None:
         assert (root / name).exists(), name
     site_packages = root / "lib" / "python3.11" / "site-packages"
     assert (site_packages / "lightning_xpu-autoload.pth").read_text() == AUTOLOAD_LINE + "\n"
-    modulefile = prefix / "modulefiles" / "lightning-xpu" / f"{h.TAG}.lua"
-    assert (
-        modulefile.read_bytes()
-        == (good_install.source / "modulefiles/lightning-xpu" / f"{h.TAG}.lua").read_bytes()
-    )
+    for path, text in h.expected_tag_files(prefix).items():  # written from the recipe's data, not copied
+        assert path.read_text() == text, path
     assert (prefix / ".locks" / f"{h.TAG}.lock").read_text().startswith("pid ")
     for module in ("lightning/__init__.py", "torch/__init__.py", "lightning_xpu/__init__.py"):
         source = site_packages / module

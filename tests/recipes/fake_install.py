@@ -44,7 +44,7 @@ def make_install(rendered: Rendered, prefix: Path, tag: str, site: str, conda: b
     root.symlink_to(Path(".envs") / build.name)
     modulefiles = prefix / "modulefiles" / "lightning-xpu"
     modulefiles.mkdir(parents=True, exist_ok=True)
-    shutil.copy(rendered.path(f"modulefiles/lightning-xpu/{tag}.lua"), modulefiles / f"{tag}.lua")
+    shutil.copy(rendered.path(f"envs/{site}/modulefiles/lightning-xpu/{tag}.lua"), modulefiles / f"{tag}.lua")
     setup = rendered.path(f"envs/{site}/{tag}/lightning-setup-{tag}.sh")
     shutil.copy(setup, prefix / f"lightning-setup-{tag}.sh")
     add_shared_code(prefix)

@@ -122,10 +122,10 @@ EDITS = {
         "recipes/sites/dawn.toml: invalid TOML:",
     ),
     "undefined template variable": (
-        "recipes/templates/modulefile.lua.j2",
-        "  contract = {{ body_contract }},",
-        "contract = {{ no_such }},",
-        "recipes/templates/modulefile.lua.j2:{line}: undefined template variable ('no_such' is undefined)",
+        "recipes/templates/requirements.txt.j2",
+        "{{ pin.requirement(variant.label) }}",
+        "{{ no_such }}",
+        "recipes/templates/requirements.txt.j2:{line}: undefined template variable ('no_such' is undefined)",
     ),
     "misspelt site variable": (
         DAWN,

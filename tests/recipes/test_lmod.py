@@ -125,7 +125,9 @@ def test_load_without_an_environment_says_what_to_run(rendered: Rendered, tmp_pa
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
     modulefiles = tmp_path / "pre fix/modulefiles/lightning-xpu"
     modulefiles.mkdir(parents=True)
-    modulefiles.joinpath(f"{MINOR}-cpu.lua").write_text(rendered.text(f"modulefiles/lightning-xpu/{MINOR}-cpu.lua"))
+    modulefiles.joinpath(f"{MINOR}-cpu.lua").write_text(
+        rendered.text(f"envs/{PLAIN_SITE}/modulefiles/lightning-xpu/{MINOR}-cpu.lua")
+    )
     add_shared_code(tmp_path / "pre fix")
     script = (
         f'source "{LMOD_INIT}"; module use "{tmp_path}/pre fix/modulefiles"; '
@@ -182,31 +184,20 @@ def test_a_version_without_its_variant_loads_nothing(rendered: Rendered, tmp_pat
     assert f"exact={(prefix / f'{MINOR}-cpu').resolve()}" in out, (out, err)
 
 
-def test_the_repository_modulefiles_are_templates(rendered: Rendered, tmp_path: Path) -> None:
-    """A clone on MODULEPATH offers nothing (hidden, no default) and a load by full name says how to install."""
+def test_a_clone_on_modulepath_offers_nothing(tmp_path: Path) -> None:
+    """The repository commits no per-tag modulefile (the install writes them): a clone's modulefiles/ on
+    MODULEPATH offers no module and no default, with nothing hidden by a .modulerc."""
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
-    clone = tmp_path / "my clone"
-    (clone / "recipes/templates").mkdir(parents=True)
-    (clone / "recipes/templates/modulefile.lua.j2").write_text("")  # what marks a repository
-    (clone / "modulefiles/lightning-xpu").mkdir(parents=True)
-    for name in (".modulerc.lua", f"{MINOR}-cpu.lua", f"{OTHER}.lua"):
-        path = f"modulefiles/lightning-xpu/{name}"
-        (clone / path).write_text(rendered.text(path))
-        assert (REPO / path).read_text() == rendered.text(path), f"{path} is not rendered: run render.py render"
-    (clone / MODULEFILE_BODY).write_text((REPO / MODULEFILE_BODY).read_text())
+    committed = sorted(p.name for p in (REPO / "modulefiles/lightning-xpu").iterdir())
+    assert committed == [Path(MODULEFILE_BODY).name], committed
     out, err = _lmod(
-        f'module use "{clone}/modulefiles"\n'
+        f'module use "{REPO}/modulefiles"\n'
         'echo "avail=[$(module -t avail lightning-xpu 2>&1)]"\n'
-        'module load lightning-xpu; echo "versionless=$?"\n'
-        f'module load lightning-xpu/{MINOR}-cpu; echo "full=$? root=${{LIGHTNING_XPU_ROOT:-none}}"',
+        'module load lightning-xpu; echo "versionless=$? root=${LIGHTNING_XPU_ROOT:-none}"',
         tmp_path,
     )
-    assert "avail=[]" in out, out  # nothing offered, no default marked
-    assert "versionless=1" in out and "full=1 root=none" in out, (out, err)
-    assert (f"lightning-xpu/{MINOR}-cpu: this is the repository's copy of the modulefile"
-            f" ('{clone}/modulefiles/lightning-xpu/{MINOR}-cpu.lua'), a template with no environment behind it."
-            f" Install it: bash '{clone}/scripts/<site>/install_lightning_{MINOR}.sh' --variant cpu"
-            " --prefix '<your prefix>', then module use '<your prefix>/modulefiles'") in err, err
+    assert "avail=[]" in out, out
+    assert "versionless=1 root=none" in out, (out, err)
 
 
 def test_the_modulefile_body_is_no_module(rendered: Rendered, tmp_path: Path) -> None:

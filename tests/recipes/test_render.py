@@ -3,6 +3,7 @@ contract with the engine, committed renders match, drift is caught, a new versio
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from lxpu_recipes import cli
 from lxpu_recipes.recipes import Recipes
+from lxpu_recipes.tagfiles import TagData, modulefile_text, setup_text
 from recipe_helpers import (
     ENGINE,
     ENGINE_DATA,
@@ -56,21 +58,23 @@ def test_every_version_site_variant_renders(
     tag = _tag(minor, variant)
     lightning = recipes.matrix.version(minor).lightning
     install = rendered.text(f"scripts/{site}/install_lightning_{minor}.sh")
-    assert f"lightning-xpu/{tag}: PyTorch" in rendered.text(f"modulefiles/lightning-xpu/{tag}.lua")
+    modulefile = rendered.text(f"envs/{site}/modulefiles/lightning-xpu/{tag}.lua")  # what the install writes
+    assert f"lightning-xpu/{tag}: PyTorch" in modulefile
     requirements = rendered.text(f"envs/{site}/{tag}/requirements.txt")
     specs = [line for line in requirements.splitlines() if line and not line.startswith("#")]
     assert specs[0].startswith(f"torch=={minor}.") and f"lightning=={lightning}" in specs
     assert f"pytorch-lightning=={lightning}" in specs  # one Lightning release: pinned together
     assert all(not s.startswith(("-", "lightning_xpu", "lightning-xpu")) for s in specs)
     assert f'- "torch=={minor}.' in rendered.text(f"envs/{site}/{tag}/environment.yml")
-    setup = rendered.text(f"scripts/common/setup/lightning-setup-{tag}.sh")
+    setup = rendered.text(f"envs/{site}/{tag}/lightning-setup-{tag}.sh")
     assert f" {tag} install_lightning_{minor}.sh {variant}\n" in setup  # the data the setup library gets
-    assert f'  tag = "{tag}",\n' in rendered.text(f"modulefiles/lightning-xpu/{tag}.lua")  # the body's data
-    assert rendered.text(f"envs/{site}/{tag}/lightning-setup-{tag}.sh") == setup
+    assert f'  tag = "{tag}",\n' in modulefile  # the body's data
     assert f" --version {minor} --site {site} " in install  # the job names its recipe; the data file holds it
     data = rendered.job_data(site, minor)["variants"][variant]
-    assert (data["tag"], data["module"]) == (tag, f"lightning-xpu/{tag}")
-    assert data["setup"] == f"scripts/common/setup/lightning-setup-{tag}.sh"
+    assert (data["tag"], data["module"], data["setup"]) == (tag, f"lightning-xpu/{tag}", f"lightning-setup-{tag}.sh")
+    # The install writes both from the variant's data in the data file: the same files as this preview.
+    tag_data = TagData.from_mapping(data)
+    assert (modulefile_text(tag_data), setup_text(tag_data)) == (modulefile, setup)
 
 
 def _shell_files(rendered: Rendered) -> list[Path]:
@@ -170,7 +174,7 @@ CONTRACT_NAMES = {
     "LXPU_SETUP_LIB",
     "LXPU_SETUP_LIB_NAME",
 }
-PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", "MODULE")
+PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", "MODULE", "TAG_DATA")
 
 
 def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: Recipes) -> None:
@@ -194,6 +198,7 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
         "echo ---; lxpu_site_env\n"
         f"echo ---; lxpu_setup_file {lv}; lxpu_module {lv}\n"
         "echo ---; [ ${#LXPU_RECIPE_HASH} -eq 64 ] && echo hash-ok\n"
+        f"echo ---; lxpu_tag_data {lv}\n"
     )
     done = bash(script, {"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
@@ -215,8 +220,11 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
     assert parts[7] == (f"{recipes.shown(xpu_lock)}\n" if xpu_lock.is_file() else "")
     assert parts[8] == ""  # the plain site sets no site variables
     names = version.names(lv)
-    assert parts[9] == f"{names.setup_path}\n{names.module}\n"
+    assert parts[9] == f"{names.setup}\n{names.module}\n"
     assert parts[10] == "hash-ok\n"
+    assert TagData.from_mapping(json.loads(parts[11])) == TagData.from_mapping(
+        Renderer(recipes).tag_data(version, lv)
+    )  # what the install writes from
 
 
 def test_engine_data_accessors_reject_unknown_variants(rendered: Rendered, recipes: Recipes) -> None:
@@ -262,8 +270,10 @@ def test_check_never_touches_the_network(
 def test_check_fails_after_a_deliberate_edit(temp_repo: Path) -> None:
     edited = f"scripts/{MODULE_SITE}/install_lightning_{MODULE_MINOR}.sh"
     edit(temp_repo / edited, f"--site {MODULE_SITE} ", f"--site {MODULE_SITE}-edited ")
-    missing = f"modulefiles/lightning-xpu/{OTHER}-cpu.lua"
+    missing = f"scripts/{PLAIN_SITE}/install_lightning_{OTHER}.sh"
     (temp_repo / missing).unlink()
+    committed_copy = f"modulefiles/lightning-xpu/{OTHER}-cpu.lua"  # the install writes these: never committed
+    (temp_repo / committed_copy).write_text("-- a modulefile committed by an older checkout\n")
     mode = f"scripts/{PBS_SITE}/install_lightning_{MINOR}.sh"
     (temp_repo / mode).chmod(0o644)
     stale = f"scripts/{PLAIN_SITE}/install_lightning_1.0.sh"
@@ -275,11 +285,12 @@ def test_check_fails_after_a_deliberate_edit(temp_repo: Path) -> None:
         f"drift: {mode}: executable bit differs from a fresh render",
         f"drift: {edited}: differs from a fresh render",
         f"drift: {stale}: stale (no recipe renders it any more)",
+        f"drift: {committed_copy}: stale (no recipe renders it any more)",
     ])
-    assert "4 drifted file(s)" in done.stderr
+    assert "5 drifted file(s)" in done.stderr
     fixed = run_render("render", "--all", repo=temp_repo)
     assert fixed.returncode == 0, fixed.stderr
-    assert f"removed {stale}" in fixed.stdout
+    assert f"removed {stale}" in fixed.stdout and f"removed {committed_copy}" in fixed.stdout
     assert run_render("check", repo=temp_repo).returncode == 0
     again = run_render("render", "--all", repo=temp_repo)
     assert again.stdout.splitlines()[-1].endswith("(0 updated, 0 removed)")
@@ -299,8 +310,7 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
     sites = sorted(p.stem for p in (temp_repo / "recipes/sites").glob("*.toml"))
     for site in sites:
         assert (temp_repo / f"scripts/{site}/install_lightning_2.99.sh").is_file()
-    for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
-        assert (temp_repo / f"modulefiles/lightning-xpu/{tag}.lua").is_file()
+    assert not list((temp_repo / "modulefiles/lightning-xpu").glob("2.99*"))  # the install writes them
     pins = job_data(temp_repo, PLAIN_SITE, "2.99")["variants"]["xpu"]["requirements"]
     assert pins[0] == "torch==2.99.0+xpu" and f"lightning=={newest.lightning}" in pins
     out = temp_repo / "out"
@@ -313,12 +323,9 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
             f"envs/{PLAIN_SITE}/{tag}/{name}"
             for name in ("environment.yml", f"lightning-setup-{tag}.sh", "requirements.txt")
         ]
-        expected.append(f"modulefiles/lightning-xpu/{tag}.lua")
-        expected.append(f"scripts/common/setup/lightning-setup-{tag}.sh")
+        expected.append(f"envs/{PLAIN_SITE}/modulefiles/lightning-xpu/{tag}.lua")  # a preview of the install's
     expected += [f"scripts/{PLAIN_SITE}/install_lightning_2.99.sh", INSTALL_DATA]
-    expected.append("modulefiles/lightning-xpu/.modulerc.lua")  # hides the rendered modulefiles (templates)
     assert produced == sorted(expected)
-    assert (out / "modulefiles/lightning-xpu/.modulerc.lua").read_text().count("hide_version(") == 3
     assert run_render("check", repo=temp_repo).returncode == 0
 
 

@@ -8,7 +8,8 @@
 # Layout it builds (docs/architecture.md "Install layout"):
 #   <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
 #   <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
-#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (temp file + rename), and
+#   <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua (written from the tag data by
+#   lxpu_engine/tagfiles.py, temp file + rename), and
 #   the shared code they call: <prefix>/.lightning-setup.lib.sh, <prefix>/modulefiles/lightning-xpu/.lightning-xpu.lua
 #   <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
 # Publishing, the lock, leases, link repair, cleanup and --prune/--uninstall/--rollback are Python, in lxpu_engine/
@@ -46,8 +47,10 @@ lxpu_pip_sources() { _lxpu_data PIP_SOURCES "$1"; }
 lxpu_lock_file() { _lxpu_data LOCK "$1"; }
 # The module name (lightning-xpu/<tag>): modulefiles/<module>.lua in the repository and in the prefix.
 lxpu_module() { _lxpu_data MODULE "$1"; }
-# The setup script, relative to the repository (rendered once per tag); the prefix gets it by its file name.
+# The setup script's file name in the prefix (written by the install from the tag data below).
 lxpu_setup_file() { _lxpu_data SETUP "$1"; }
+# The tag's data (JSON) that its modulefile and setup script are written from (lxpu_engine/tagfiles.py).
+lxpu_tag_data() { _lxpu_data TAG_DATA "$1"; }
 # The modulefile body and the setup library (the code behind every thin modulefile and setup script, one for all
 # tags) are LXPU_MODULE_BODY (the same path in the prefix), LXPU_SETUP_LIB and LXPU_SETUP_LIB_NAME (in the prefix).
 # The site's variables, one `export NAME="${NAME:-value}"` line each.
@@ -558,9 +561,8 @@ _lxpu_validate_repository() {
 	local value
 	_lxpu_resolve_source
 	_lxpu_module="$(lxpu_module "$_lxpu_variant")"
-	_lxpu_modulefile="$_lxpu_source/modulefiles/$_lxpu_module.lua"
-	_lxpu_setup_file="$_lxpu_source/$(lxpu_setup_file "$_lxpu_variant")"
-	for value in "$_lxpu_modulefile" "$_lxpu_setup_file" "$_lxpu_source/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_SETUP_LIB"; do
+	_lxpu_setup_file="$(lxpu_setup_file "$_lxpu_variant")"
+	for value in "$_lxpu_source/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_SETUP_LIB"; do
 		[[ -f "$value" ]] ||
 			_lxpu_bad_input "$value is missing: render it with 'python recipes/render.py render --all' or pass --source"
 	done
@@ -603,8 +605,8 @@ _lxpu_hash_inputs() {
 		fi
 		printf -- '--- site\n%s\n' "$LXPU_SITE_MODULES"
 		lxpu_site_env
-		printf -- '--- setup script\n'
-		cat "$_lxpu_setup_file"
+		printf -- '--- tag data\n'
+		lxpu_tag_data "$_lxpu_variant"
 		printf -- '--- engine\n'
 		local functions
 		mapfile -t functions < <(compgen -A function _lxpu_)
@@ -613,8 +615,7 @@ _lxpu_hash_inputs() {
 		(
 			cd "$_lxpu_source"
 			local item items=()
-			for item in lightning_xpu pyproject.toml README.md README.rst LICENSE setup.cfg setup.py \
-				scripts/common "modulefiles/lightning-xpu/$_lxpu_tag.lua"; do
+			for item in lightning_xpu pyproject.toml README.md README.rst LICENSE setup.cfg setup.py scripts/common; do
 				[[ -e "$item" ]] && items+=("$item")
 			done
 			find "${items[@]}" -type f ! -name '*.py[co]' ! -path '*/__pycache__/*' -print0 |
@@ -1039,9 +1040,11 @@ _lxpu_write_entry_points() {
 	[[ "$_lxpu_dry_run" == 1 ]] || mkdir -p "$(dirname "$modfile")"
 	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" 0644 <"$_lxpu_source/$LXPU_SETUP_LIB"
 	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_MODULE_BODY" 0644 <"$_lxpu_source/$LXPU_MODULE_BODY"
-	_lxpu_write_atomic "$setup" 0755 <"$_lxpu_setup_file"
-	_lxpu_write_atomic "$modfile" 0644 <"$_lxpu_modulefile"
-	[[ "$_lxpu_dry_run" == 1 ]] && return 0
+	if [[ "$_lxpu_dry_run" == 1 ]]; then
+		printf '+ write %s\n' "$(_lxpu_quote "$setup")" "$(_lxpu_quote "$modfile")"
+		return 0
+	fi
+	_lxpu_tagfiles write >/dev/null || _lxpu_fail "could not write $setup and $modfile"
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
 	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
 	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
@@ -1065,10 +1068,16 @@ _lxpu_warn_other_contracts() {
 		_lxpu_warn "$(_lxpu_joined "${stale[@]}") in $_lxpu_prefix came from another checkout and need the modulefile body or setup library it replaced: rerun their install jobs from this checkout"
 }
 
+# GLUE (tagfiles, to move into the Python driver): the tag's modulefile and setup script are written by
+# lxpu_engine/tagfiles.py from the job's LXPU_TAG_DATA_<variant> (the recipe's data as JSON, rendered by recipes/).
+_lxpu_tagfiles() {
+	_lxpu_engine_on "$_lxpu_engine_python" tagfiles "$1" "$_lxpu_prefix" "$(lxpu_tag_data "$_lxpu_variant")"
+}
+
 _lxpu_entry_points_current() {
 	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
 	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
-	[[ -f "$setup" && -f "$modfile" ]] && cmp -s "$modfile" "$_lxpu_modulefile" && cmp -s "$setup" "$_lxpu_setup_file" &&
+	[[ -f "$setup" && -f "$modfile" ]] && _lxpu_tagfiles current &&
 		cmp -s "$_lxpu_prefix/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_MODULE_BODY" &&
 		cmp -s "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_source/$LXPU_SETUP_LIB"
 }
@@ -1087,7 +1096,7 @@ lxpu_main() {
 	_lxpu_fail_reason="" _lxpu_result="" _lxpu_auto_cpu_note=0 _lxpu_base_torch="" _lxpu_base_is_venv=""
 	_lxpu_python="" _lxpu_py="" _lxpu_lock_path="" _lxpu_sources_mode="" _lxpu_pip_options=()
 	_lxpu_installer="" _lxpu_installer_why="" _lxpu_installer_version=""
-	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_modulefile="" _lxpu_setup_file=""
+	_lxpu_unset_vars="" _lxpu_stdout_fd="" _lxpu_stderr_fd="" _lxpu_module="" _lxpu_setup_file=""
 	_lxpu_env_why="" _lxpu_module_report=() _lxpu_warnings=()
 	# shared with lxpu_engine (_LXPU_STATE)
 	_lxpu_action=install _lxpu_keep="" _lxpu_older_than="" _lxpu_notes=() _lxpu_noop=0 _lxpu_current=""

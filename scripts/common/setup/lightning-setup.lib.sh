@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # lightning-setup.lib.sh: the code of every setup script lightning-setup-<tag>.sh, which holds only its data.
-# Written by hand, not rendered (the setup scripts are: recipes/templates/lightning-setup.sh.j2). One piece of code
+# Written by hand; the install writes the setup scripts (lxpu_engine/tagfiles.py). One piece of code
 # for every tag: the install job copies it to <prefix>/.lightning-setup.lib.sh, next to the setup scripts (temp
 # file + rename). Do not source it yourself: a setup script sources it with its data,
 #   . <dir>/.lightning-setup.lib.sh CONTRACT TAG INSTALL_JOB VARIANT

@@ -96,5 +96,7 @@ def shell_assignments(data: dict[str, Any]) -> str:
             f"LXPU_LOCK_{name}={shlex.quote(variant['lock'])}",
             f"LXPU_SETUP_{name}={shlex.quote(variant['setup'])}",
             f"LXPU_MODULE_{name}={shlex.quote(variant['module'])}",
+            # the variant's whole mapping, from which tagfiles.py writes the tag's modulefile and setup script
+            f"LXPU_TAG_DATA_{name}={shlex.quote(json.dumps(variant, sort_keys=True))}",
         ]
     return "\n".join(lines) + "\n"

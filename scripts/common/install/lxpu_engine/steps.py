@@ -18,7 +18,11 @@ INSTALL_STEPS: tuple[Step, ...] = (
     ("create", "create the {env_manager} environment", "_lxpu_create_env"),
     ("packages", "install pinned packages", "_lxpu_install_packages"),
     ("runtime", "install lightning_xpu from the repository", "_lxpu_install_runtime"),
-    ("hook", "enable the zero-code-change hook and site files", "_lxpu_enable_hook _lxpu_write_pins _lxpu_pack_relocatable"),
+    (
+        "hook",
+        "enable the zero-code-change hook and site files",
+        "_lxpu_enable_hook _lxpu_write_pins _lxpu_pack_relocatable",
+    ),
     ("compile", "byte-compile the environment", "_lxpu_byte_compile _lxpu_pack_start"),
     ("smoke", "run the smoke job", "_lxpu_smoke"),
     ("pack", "pack the environment for node-local staging", "_lxpu_pack"),

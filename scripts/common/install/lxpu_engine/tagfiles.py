@@ -1,0 +1,319 @@
+"""The per-tag entry points and the site validation job, written into an install prefix from the recipe's data.
+
+A tag's modulefile (<prefix>/modulefiles/lightning-xpu/<tag>.lua) and setup script (<prefix>/lightning-setup-<tag>.sh)
+are data only: they call the hand-written modulefile body and setup library that the install copies next to them.
+Like EasyBuild's module generator (easybuild/tools/module_generator.py), the install writes them at install time,
+so nothing per tag is committed. Each file is written to a temporary name and renamed: a reader sees the old file
+or the new one, never half of one. Standard library only (it runs on the Python that builds the environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MODULE_DIR = "modulefiles/lightning-xpu"
+MODULEFILE_BODY_NAME = ".lightning-xpu.lua"
+SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"
+VALIDATION_JOB = "validate_lightning.sh"
+# The common validation script, copied next to the site's job (it is the code; the job only holds defaults).
+VALIDATION_LIBRARY_NAME = ".validate_lightning.common.sh"
+_REPOSITORY_VALIDATION = Path(__file__).resolve().parents[2] / "validate_lightning.sh"
+
+
+class TagDataError(ValueError):
+    """The recipe data lacks a field or has one of the wrong type (one line naming it)."""
+
+
+@dataclass(frozen=True)
+class TagData:
+    """What a tag's modulefile and setup script hold: the recipe's per-variant data, nothing derived later."""
+
+    tag: str
+    minor: str
+    torch: str
+    lightning: str
+    python: str
+    variant: str
+    backend: str
+    notes: str
+    siblings: tuple[str, ...]
+    install_job: str
+    variant_description: str
+    body_contract: int  # the modulefile body's `local CONTRACT`; the modulefile refuses another body
+    setup_contract: int  # the setup library's `local contract`; the setup script refuses another library
+    legacy: str = ""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TagData:
+        def text(key: str, default: str | None = None) -> str:
+            value = data.get(key, default)
+            if not isinstance(value, str) or (default is None and not value):
+                raise TagDataError(f"tag data: '{key}' must be a non-empty string (got {value!r})")
+            return value
+
+        def number(key: str) -> int:
+            value = data.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+                raise TagDataError(f"tag data: '{key}' must be a contract number (got {value!r})")
+            return int(value)
+
+        siblings = data.get("siblings")
+        if not isinstance(siblings, (list, tuple)) or not all(isinstance(s, str) and s for s in siblings):
+            raise TagDataError(f"tag data: 'siblings' must be a list of tags (got {siblings!r})")
+        return cls(
+            tag=text("tag"),
+            minor=text("minor"),
+            torch=text("torch"),
+            lightning=text("lightning"),
+            python=text("python"),
+            variant=text("variant"),
+            backend=text("backend"),
+            notes=text("notes", ""),
+            siblings=tuple(siblings),
+            install_job=text("install_job"),
+            variant_description=text("variant_description"),
+            body_contract=number("body_contract"),
+            setup_contract=number("setup_contract"),
+            legacy=text("legacy", ""),
+        )
+
+    @property
+    def module(self) -> str:
+        return f"lightning-xpu/{self.tag}"
+
+    @property
+    def modulefile_name(self) -> str:
+        """Relative to the prefix."""
+        return f"{MODULE_DIR}/{self.tag}.lua"
+
+    @property
+    def setup_name(self) -> str:
+        """Relative to the prefix."""
+        return f"lightning-setup-{self.tag}.sh"
+
+
+def lua_string(value: object) -> str:
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def modulefile_text(tag: TagData) -> str:
+    """The thin modulefile: load the body next to it and hand it this tag's data. When the body does not load it
+    shows Lua's own error (a syntax error in the body), not "missing"."""
+    module = tag.module
+    rerun = f"' is missing or unreadable: rerun {tag.install_job} --variant {tag.variant} --prefix '"
+    fields = [
+        f"  contract = {tag.body_contract},",
+        f"  tag = {lua_string(tag.tag)},",
+        f"  minor = {lua_string(tag.minor)},",
+        f"  torch = {lua_string(tag.torch)},",
+        f"  lightning = {lua_string(tag.lightning)},",
+        f"  python = {lua_string(tag.python)},",
+        f"  variant = {lua_string(tag.variant)},",
+        f"  backend = {lua_string(tag.backend)},",
+        f"  notes = {lua_string(tag.notes)},",
+        *([f"  legacy = {lua_string(tag.legacy)},"] if tag.legacy else []),
+        "  siblings = { " + ", ".join(lua_string(s) for s in tag.siblings) + " },",
+        f"  install_job = {lua_string(tag.install_job)},",
+        f"  variant_description = {lua_string(tag.variant_description)},",
+    ]
+    return "\n".join(
+        [
+            f"-- {module}: PyTorch {tag.torch} ({tag.variant}) with Lightning {tag.lightning} and lightning_xpu.",
+            "-- written by the install (lxpu_engine/tagfiles.py) from the recipe's data; do not edit.",
+            "--",
+            f"-- Data only: the code is the modulefile body {MODULEFILE_BODY_NAME} next to this file, the same for "
+            "every tag; the install writes both.",
+            'local here = myFileName():match("^(.*/)")',
+            f"local body = here .. {lua_string(MODULEFILE_BODY_NAME)}",
+            'local run, why = loadfile(body, "t", _ENV) -- in this modulefile\'s sandbox (Lua 5.1: the global one)',
+            "if not run then",
+            '  local present = io.open(body) -- there but not valid Lua: show Lua\'s own error, not "missing"',
+            "  if present then",
+            "    present:close()",
+            f"    LmodError({lua_string(module + ': the modulefile body does not load: ')} .. tostring(why))",
+            "  end",
+            f"  LmodError({lua_string(module + ': the modulefile body ' + chr(39))} .. body .. {lua_string(rerun)}"
+            ' .. (here:match("^(.*)/modulefiles/lightning%-xpu/$") or "<prefix>")',
+            '    .. "\' (it writes the body next to the modulefile)")',
+            "end",
+            "run({",
+            *fields,
+            "})",
+            "",
+        ]
+    )
+
+
+def setup_text(tag: TagData) -> str:
+    """The thin setup script: refuse a shell other than bash, then source the library next to it with the tag's
+    data. Relocatable: it finds everything next to itself."""
+    name, lib, here = tag.setup_name, SETUP_LIBRARY_NAME, '"$(dirname -- "${BASH_SOURCE[0]}")"'
+    args = " ".join(shlex.quote(str(a)) for a in (tag.setup_contract, tag.tag, tag.install_job, tag.variant))
+    exit_if_run = [
+        "  # shellcheck disable=SC2317  # exit is reached when the file is run instead of sourced",
+        "  return 1 2>/dev/null || exit 1",
+        "fi",
+    ]
+    return "\n".join(
+        [
+            "# shellcheck shell=bash",
+            f"# {name}: sets up lightning-xpu {tag.tag} (PyTorch {tag.torch}, {tag.variant}, Lightning "
+            f"{tag.lightning}) in this shell.",
+            "# written by the install (lxpu_engine/tagfiles.py) from the recipe's data; do not edit.",
+            "#",
+            f"# Usage (bash):  source {name}",
+            f"# Relocatable: the environment is the directory {tag.tag} next to this file. Sourcing it twice is "
+            "harmless.",
+            f"# It sets what `module load {tag.module}` sets: PATH, VIRTUAL_ENV or CONDA_PREFIX, PYTHONUSERBASE,",
+            "# LIGHTNING_XPU_ROOT and the site variables (only where you have not set them). It never changes shell "
+            "options.",
+            f"# Data only: the code is {lib} next to this file, the same for every tag; the install writes both.",
+            "",
+            'if [ -z "${BASH_VERSION:-}" ]; then',
+            f"  echo \"{name}: needs bash: run 'source {name}' from bash\" >&2",
+            *exit_if_run,
+            f'if [ ! -f {here[:-1]}/{lib}" ]; then',
+            f'  echo "{name}: {lib} is missing next to it: rerun {tag.install_job}" \\',
+            f'    "--variant {tag.variant} --prefix $(cd -- {here} && pwd) (it writes the library)" >&2',
+            *exit_if_run,
+            "# Contract, tag, install job, variant.",
+            "# shellcheck source=/dev/null  # the library is checked on its own",
+            f'. {here[:-1]}/{lib}" {args}',
+            "",
+        ]
+    )
+
+
+def _write_atomic(path: Path, text: str, mode: int) -> None:
+    """Temporary file in the same directory, then rename: readers never see half a file."""
+    try:
+        if path.read_text() == text and (path.stat().st_mode & 0o7777) == mode:
+            return  # unchanged: a no-op rerun rewrites nothing
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _wanted(prefix: Path, tag: TagData) -> dict[Path, tuple[str, int]]:
+    return {
+        prefix / tag.modulefile_name: (modulefile_text(tag), 0o644),
+        prefix / tag.setup_name: (setup_text(tag), 0o755),
+    }
+
+
+def write_tag_files(prefix: Path, tag: TagData) -> list[Path]:
+    """Write the tag's modulefile and setup script into `prefix`; return their paths."""
+    written = []
+    for path, (text, mode) in _wanted(Path(prefix), tag).items():
+        _write_atomic(path, text, mode)
+        written.append(path)
+    return written
+
+
+def tag_files_current(prefix: Path, tag: TagData) -> bool:
+    """Whether both files are there with the content this data writes (a no-op rerun restores them otherwise)."""
+    for path, (text, _mode) in _wanted(Path(prefix), tag).items():
+        try:
+            if path.read_text() != text:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _site_field(site: Mapping[str, Any], key: str) -> Any:
+    if key not in site:
+        raise TagDataError(f"site data: '{key}' is missing (recipes/sites/<site>.toml)")
+    return site[key]
+
+
+def validation_job_text(prefix: Path, site: Mapping[str, Any]) -> str:
+    """The site's validation job: the scheduler's directives, the site's defaults, and a call of the common
+    validation script written next to it. Under a scheduler the job runs from a spool copy, so it also looks in
+    the submit directory and in the prefix it was written for."""
+    name, scheduler = str(_site_field(site, "name")), str(_site_field(site, "scheduler"))
+    directives = [str(d) for d in site.get("validate_directives", [])]
+    marker = {"slurm": "#SBATCH", "pbs": "#PBS", "none": "#SBATCH"}.get(scheduler)
+    if marker is None:
+        raise TagDataError(f"site data: scheduler '{scheduler}' is not slurm, pbs or none")
+    launchers = ",".join(str(x) for x in _site_field(site, "launchers"))
+    default_prefix = str(_site_field(site, "default_prefix"))
+    prefix_word = (
+        '"$HOME"/' + shlex.quote(default_prefix[len("$HOME/") :])
+        if default_prefix.startswith("$HOME/")
+        else shlex.quote(default_prefix)
+    )
+    hint = str(site.get("validate_hint", f"bash {VALIDATION_JOB} --tag <tag>"))
+    spool = '"$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-}" "${PBS_O_WORKDIR:-}"'
+    places = f"{spool} {shlex.quote(str(prefix))}"
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# lightning-xpu site validation job for {name} (docs/xpu-guide.md#site-validation-job), written by the "
+            "install",
+            f"# (lxpu_engine/tagfiles.py) from recipes/sites/{name}.toml; do not edit. The code is "
+            f"{VALIDATION_LIBRARY_NAME} next to it.",
+            *(f"{marker} {d}" for d in directives),
+            f"# Submit from this directory: {hint}",
+            "# The account or project is never written here.",
+            "set -euo pipefail",
+            f'defaults=(--site-prefix {prefix_word} --site-launchers "{launchers}")',
+            f"for here in {places}; do",
+            f'  [ ! -f "$here/{VALIDATION_LIBRARY_NAME}" ] || exec bash "$here/{VALIDATION_LIBRARY_NAME}" '
+            '"${defaults[@]}" "$@"',
+            "done",
+            f'echo "{VALIDATION_JOB}: cannot find {VALIDATION_LIBRARY_NAME}: submit from the install prefix" >&2',
+            "exit 2",
+            "",
+        ]
+    )
+
+
+def write_site_validation_job(prefix: Path, site: Mapping[str, Any], source: Path | None = None) -> Path:
+    """Write <prefix>/validate_lightning.sh for `site` and the common script it calls; return the job's path."""
+    prefix = Path(prefix)
+    common = (source or _REPOSITORY_VALIDATION).read_text()
+    _write_atomic(prefix / VALIDATION_LIBRARY_NAME, common, 0o755)
+    job = prefix / VALIDATION_JOB
+    _write_atomic(job, validation_job_text(prefix, site), 0o755)
+    return job
+
+
+def main(argv: list[str]) -> int:
+    """`write PREFIX TAG_DATA_JSON` or `current PREFIX TAG_DATA_JSON` (exit 0 when current, 1 when not): the
+    engine's entry-points step calls these."""
+    if len(argv) != 3 or argv[0] not in ("write", "current"):
+        print("usage: python -m lxpu_engine.tagfiles write|current PREFIX TAG_DATA_JSON", file=sys.stderr)
+        return 2
+    try:
+        tag = TagData.from_mapping(json.loads(argv[2]))
+    except (ValueError, TypeError) as error:  # json.JSONDecodeError and TagDataError are ValueErrors
+        print(f"lightning-xpu engine: {error}", file=sys.stderr)
+        return 2
+    if argv[0] == "current":
+        return 0 if tag_files_current(Path(argv[1]), tag) else 1
+    for path in write_tag_files(Path(argv[1]), tag):
+        print(f"+ write {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
