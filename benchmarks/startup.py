@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
         cold_env = worker_env(True) | {"PYTHONPYCACHEPREFIX": empty_cache, "PYTHONDONTWRITEBYTECODE": "1"}
         compiled: dict[str, list[float]] = {"no byte-compiled files": [], "byte-compiled": []}
-        for order in rotations(list(compiled), max(2, args.repeats // 3)):
+        for order in rotations(list(compiled), max(1, args.repeats // 3)):
             for name in order:
                 env = cold_env if name == "no byte-compiled files" else worker_env(True)
                 compiled[name].append(timed_run(bodies["lightning+lightning_xpu"], env))

@@ -18,57 +18,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from lightning_xpu.device import parse_device_indices, xpu_device_count
 from lightning_xpu.environments.errors import LaunchMismatch
-from lightning_xpu.environments.inputs import whole_number
-from lightning_xpu.environments.launch import LAUNCHER_WORDS, detect_launcher, launch_ranks, per_node_option
+from lightning_xpu.environments.launch import NodePlace, node_place
 
 AFFINITY_MASK = "ZE_AFFINITY_MASK"
-# Lightning's TorchElasticEnvironment.detect() asks for these; torchrun sets them all.
-_TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 _GPU_TILE_COMPACT = "ZE_AFFINITY_MASK=<card>.<tile> per rank, as ALCF's gpu_tile_compact.sh does"
 
 
-@dataclass(frozen=True)
-class NodeLaunch:
-    """The ranks a launcher started on this node, as this rank sees them."""
-
-    words: str  # the launcher, in the words the messages use
-    local_rank: int
-    local_size: int
-    option: str  # how to start `{n}` ranks per node with this launcher
-
-
-def node_launch(environ: Mapping[str, str]) -> NodeLaunch | None:
-    """torchrun's, srun's or an MPI launcher's ranks on this node (in the order the cluster environments are
-    chosen: torchrun first), else None (a plain process, or Lightning's own launcher)."""
-    if all(name in environ for name in _TORCHRUN_VARIABLES):
-        return NodeLaunch("torchrun", whole_number("LOCAL_RANK", environ["LOCAL_RANK"], 0),
-                          whole_number("LOCAL_WORLD_SIZE", environ["LOCAL_WORLD_SIZE"], 1), "--nproc-per-node={n}")
-    launcher = detect_launcher(environ)
-    if launcher is None:
-        return None
-    ranks = launch_ranks(launcher, environ)
-    return NodeLaunch(LAUNCHER_WORDS[launcher], ranks.local_rank, ranks.local_world_size, per_node_option(launcher))
-
-
-def masked_launch(environ: Mapping[str, str] = os.environ) -> NodeLaunch | None:
+def masked_launch(environ: Mapping[str, str] = os.environ) -> NodePlace | None:
     """The launch where each of N > 1 ranks on this node sees exactly one XPU through its own ZE_AFFINITY_MASK."""
     if not environ.get(AFFINITY_MASK, "").strip():
         return None
-    launch = node_launch(environ)
+    launch = node_place(environ)
     if launch is None or launch.local_size < 2 or xpu_device_count() != 1:
         return None
     return launch
 
 
-def crowded_launch(environ: Mapping[str, str] = os.environ) -> tuple[NodeLaunch, int] | None:
+def crowded_launch(environ: Mapping[str, str] = os.environ) -> tuple[NodePlace, int] | None:
     """A launch of more ranks on this node than this rank sees XPUs (and not one masked XPU per rank), with the
     count seen; None otherwise."""
-    launch = node_launch(environ)
+    launch = node_place(environ)
     if launch is None or launch.local_size < 2 or masked_launch(environ) is not None:
         return None
     visible = xpu_device_count()
@@ -79,7 +52,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' * (count != 1)}"
 
 
-def one_device_per_rank(devices: Any, launch: NodeLaunch, environ: Mapping[str, str] = os.environ) -> list[int]:
+def one_device_per_rank(devices: Any, launch: NodePlace, environ: Mapping[str, str] = os.environ) -> list[int]:
     """`devices` as Lightning's device indices in a masked launch: exactly N of them (N = ranks on this node), or
     one line naming N. The indices only count the node's devices: every rank's own device is xpu:0."""
     try:
@@ -96,7 +69,7 @@ def one_device_per_rank(devices: Any, launch: NodeLaunch, environ: Mapping[str, 
     return indices
 
 
-def refuse_crowded_launch(launch: NodeLaunch, visible: int, environ: Mapping[str, str] = os.environ) -> None:
+def refuse_crowded_launch(launch: NodePlace, visible: int, environ: Mapping[str, str] = os.environ) -> None:
     """One line for a launch that no `devices` value can fit: the fix is in the launch."""
     mask = environ.get(AFFINITY_MASK)
     seen = f" ({AFFINITY_MASK}={mask})" if mask else ""

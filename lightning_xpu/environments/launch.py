@@ -1,5 +1,8 @@
 """Which launcher started this process, and the ranks it gave it, read from environment variables alone.
 
+The one place that answers "where was this process launched": `detect_launcher` and `launch_ranks` for the cluster
+environments, `node_place` (torchrun included) for the rank masks, `LOCAL_PLACE_VARIABLES` for the oneCCL settings.
+
 Pure functions of a mapping (tests pass a dict; the cluster environments pass `os.environ`). They never start
 MPI: initialising it through mpi4py can freeze a Trainer (Lightning #20049), and mpi4py may be absent.
 
@@ -42,12 +45,19 @@ HYDRA = "hydra"  # MPICH or Intel MPI `mpiexec`/`mpirun`
 PALS = "pals"  # HPE Cray PALS `mpiexec` (Aurora, under PBS)
 OPENMPI = "openmpi"  # Open MPI `mpirun`/`mpiexec`
 SRUN = "srun"  # Slurm's own launcher: Lightning's SLURMEnvironment handles it
+TORCHRUN = "torchrun"  # torch.distributed.run: Lightning's TorchElasticEnvironment handles it
 MPI_LAUNCHERS = (PALS, OPENMPI, HYDRA)
 # What the user ran, and how to start N ranks per node with it.
 LAUNCHER_WORDS = {HYDRA: "MPICH/Intel MPI mpiexec", PALS: "PALS mpiexec", OPENMPI: "Open MPI mpirun", SRUN: "srun"}
 _PER_NODE_OPTION = {
     HYDRA: "-ppn {n}", PALS: "-ppn {n}", OPENMPI: "--map-by ppr:{n}:node", SRUN: "--ntasks-per-node={n}"
 }
+
+# Where a launcher puts a rank's place on its node (local rank, ranks on the node). oneCCL reads the same ones for
+# its `hydra` and `torchrun` launcher values (uxlfoundation/oneCCL@2021.14 src/common/global/global.cpp).
+LOCAL_PLACE_VARIABLES = {HYDRA: ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), TORCHRUN: ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+# Lightning's TorchElasticEnvironment.detect() asks for these; torchrun sets them all.
+_TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", *LOCAL_PLACE_VARIABLES[TORCHRUN])
 
 __all__ = ["LaunchError", "LaunchMismatch"]  # re-exported: callers import them from here
 
@@ -91,7 +101,7 @@ def mpi_launcher(environ: Mapping[str, str]) -> str | None:
 
 # Launchers without a node index: (global rank, world size, local rank, local world size).
 _RANK_VARIABLES = {
-    HYDRA: ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    HYDRA: ("PMI_RANK", "PMI_SIZE", *LOCAL_PLACE_VARIABLES[HYDRA]),
     OPENMPI: tuple(f"OMPI_COMM_WORLD_{name}" for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE")),
 }
 
@@ -105,6 +115,30 @@ def launch_ranks(launcher: str, environ: Mapping[str, str]) -> Ranks:
     if launcher == SRUN:
         return _checked(_srun_ranks(environ))
     raise ValueError(f"not a launcher: {launcher!r} (expected one of {', '.join(LAUNCHER_WORDS)})")
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """Where a launcher put this process: the ranks it started on this node, as this rank sees them."""
+
+    words: str  # the launcher, in the words the messages use
+    local_rank: int
+    local_size: int
+    option: str  # how to start `{n}` ranks per node with this launcher
+
+
+def node_place(environ: Mapping[str, str]) -> NodePlace | None:
+    """torchrun's, srun's or an MPI launcher's ranks on this node (in the order the cluster environments are
+    chosen: torchrun first), else None (a plain process, or Lightning's own launcher)."""
+    if all(name in environ for name in _TORCHRUN_VARIABLES):
+        rank_name, size_name = LOCAL_PLACE_VARIABLES[TORCHRUN]
+        return NodePlace(TORCHRUN, whole_number(rank_name, environ[rank_name], 0),
+                         whole_number(size_name, environ[size_name], 1), "--nproc-per-node={n}")
+    launcher = detect_launcher(environ)
+    if launcher is None:
+        return None
+    ranks = launch_ranks(launcher, environ)
+    return NodePlace(LAUNCHER_WORDS[launcher], ranks.local_rank, ranks.local_world_size, _PER_NODE_OPTION[launcher])
 
 
 def per_node_option(launcher: str) -> str:

@@ -27,7 +27,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lightning_xpu.environments.launch import SRUN, detect_launcher, mpi_launcher
+from lightning_xpu.environments.launch import (
+    HYDRA,
+    LOCAL_PLACE_VARIABLES,
+    SRUN,
+    TORCHRUN,
+    detect_launcher,
+    mpi_launcher,
+)
 
 LAUNCHER = "CCL_PROCESS_LAUNCHER"
 LOCAL_RANK, LOCAL_SIZE = "CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"
@@ -37,7 +44,7 @@ DEFAULT_LAUNCHER = "hydra"  # oneCCL env.cpp
 # Values used instead of an `mpi` setting that cannot work: oneCCL's defaults without MPI (env.cpp, env_parser.cpp).
 _WITHOUT_MPI = {TRANSPORT: "ofi", KVS_MODE: "pmi"}
 # Where each launcher value finds the local index and count (oneCCL global.cpp), for the values read from variables.
-_LOCAL_VARIABLES = {"hydra": ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), "torchrun": ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+_LOCAL_VARIABLES = {"hydra": LOCAL_PLACE_VARIABLES[HYDRA], "torchrun": LOCAL_PLACE_VARIABLES[TORCHRUN]}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""TEST-ONLY rank of tests/runtime/test_rank_masks.py: one of 12 PALS ranks, each masked to one tile.
+"""TEST-ONLY rank of tests/runtime/test_rank_masks.py: one of N PALS ranks on a node, each masked to one tile.
 
 Started by the PALS stand-in through a gpu_tile_compact.sh-style wrapper, with the simulated XPU profile applied at
-start-up (tests/bootstrap). In one process: a Trainer with devices=12 and a wrong value are built (no fit), then
-Fabric trains a tiny model one step with devices="auto" and one step with devices=12 over a real 12-rank gloo
+start-up (tests/bootstrap). In one process: a Trainer with devices=N and a wrong value are built (no fit), then
+Fabric trains a tiny model one step with devices="auto" and one step with devices=N over a real N-rank gloo
 process group (gloo stands in for XCCL: the collective is not under test). The simulated XPU has no memory of its
 own, so tensors placed on "xpu" live on the CPU (`XPUOnCPU`); DDP then gets no device ids, as for CPU modules.
-Writes rank-<global rank>.json into the directory given as argument.
+Arguments: the directory it writes rank-<global rank>.json into, and N.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def fabric_step(lightning: Any, devices: Any) -> dict[str, Any]:
             "weights": weights(model)}
 
 
-def main(out: Path) -> None:
+def main(out: Path, ranks: int) -> None:
     import lightning
 
     report: dict[str, Any] = {"mask": os.environ["ZE_AFFINITY_MASK"], "visible": torch.xpu.device_count()}
-    trainer = lightning.Trainer(devices=12, num_nodes=1, logger=False, enable_checkpointing=False,
+    trainer = lightning.Trainer(devices=ranks, num_nodes=1, logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False)
     report["trainer"] = {"strategy": type(trainer.strategy).__name__, "root": str(trainer.strategy.root_device),
                          "num_devices": trainer.num_devices, "world_size": trainer.world_size}
@@ -78,9 +78,9 @@ def main(out: Path) -> None:
     except Exception as error:  # the one line a wrong value gets
         report["wrong"] = f"{type(error).__name__}: {error}"
     report["auto"] = fabric_step(lightning, "auto")
-    report["12"] = fabric_step(lightning, 12)
+    report["n"] = fabric_step(lightning, ranks)
     (out / f"rank-{report['auto']['global_rank']}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), int(sys.argv[2]))
