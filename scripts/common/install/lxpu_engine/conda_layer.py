@@ -74,7 +74,7 @@ def _condarc_channels(rc: Path) -> list[str]:
             found.append(line.lstrip()[2:].strip().strip("'\""))
         elif line and not line.startswith(" "):
             inside = False
-    return [c if "://" in c else f"{alias}/{c}" for c in found if c != "defaults"]
+    return [c if "://" in c else f"{alias}/{c}" for c in usable(found)]
 
 
 def read_lock(lock: Path, python_version: str, channels: list[str] | None = None) -> list[tuple[str, str]]:
