@@ -102,7 +102,7 @@ def test_install_builds_a_real_conda_prefix(conda_install: tuple[Path, h.JobResu
         text=True,
         check=True,
     )
-    assert probe.stdout.split() == [str(env)] * 2
+    assert probe.stdout.splitlines() == [str(env)] * 2
     manifest = h.published_manifest(prefix)
     assert manifest["env_manager"] == "conda" and manifest["status"] == "installed"
     assert "py-rattler" in result.output and "sha256 checked" in result.output

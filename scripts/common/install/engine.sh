@@ -512,6 +512,13 @@ print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base
 		;;
 	venv) _lxpu_env_why="--env-manager venv" ;;
 	esac
+	if [[ -n "${_lxpu_conda_exe:-}" ]]; then
+		[[ "$_lxpu_env_manager" == conda ]] ||
+			_lxpu_bad_input "--conda-exe builds the conda layer: add --env-manager conda, or drop --conda-exe"
+		value="$(command -v -- "$_lxpu_conda_exe" || true)"
+		[[ -n "$value" && -x "$value" ]] || _lxpu_bad_input "--conda-exe $_lxpu_conda_exe is not an executable: pass the path of your conda, or drop --conda-exe"
+		_lxpu_conda_exe="$value" _lxpu_env_why+=" (with $value)"
+	fi
 	[[ "$_lxpu_env_manager" == venv ]] || return 0
 	_lxpu_load_modules "Python module" "$LXPU_SITE_PYTHON_MODULE"
 	_lxpu_python="$(command -v "python$_lxpu_python_version" || true)"

@@ -336,6 +336,7 @@ def create_environment(
         entries = _create_with_conda(prefix, python_version, channels, conda_exe, log)
     else:
         entries = _create_with_rattler(prefix, python_version, lock, channels, pip_options or [], log)
+    (prefix / RECORD).parent.mkdir(exist_ok=True)
     (prefix / RECORD).write_text(explicit_text(entries, python_version, channels), encoding="utf-8")
 
 
