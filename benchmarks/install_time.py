@@ -108,11 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 # uv-second-prefix: another prefix, the same (warm) cache: what a second PyTorch version of a site
                 # gets from the cache the first one filled.
-                env = cache_env(kind, state == "empty-cache")
+                env = cache_env("uv" if kind == "conda" else kind, state == "empty-cache")
                 prefix = root / f"prefix {case}"  # a space in the path, as users have
             if kind == "conda":
                 # The conda layer, then the same uv pip step as uv-warm-cache (its cache).
-                env = cache_env("uv", empty=False)
                 command = ["bash", str(script), "--prefix", str(prefix), "--installer", "uv", "--env-manager", "conda",
                            "--conda-channel", args.conda_channel or conda_channel(), *args.install_args.split()]
             else:
