@@ -4,7 +4,10 @@ pip, each from an empty and a warm cache, against a plain `pip install torch==<v
 venv; the install step alone (uv against pip, paired in this run), the smoke job's own duration (both from the
 installs' manifests: the smoke job shares the machine with the packing of the image there), the smoke job run
 again alone in the warm-cache install (`lightning-xpu validate --level smoke`), a second install into another
-prefix from the same uv cache, and an unchanged re-run (a no-op).
+prefix from the same uv cache, and an unchanged re-run (a no-op). conda-warm-cache: the same install with
+--env-manager conda (the conda layer through py-rattler, against --conda-channel: by default the CI's local channel,
+built by ci/conda_channel.py), paired with uv-warm-cache in the same run (its py-rattler bootstrap included: a fresh
+prefix has no <prefix>/.tools).
 
 Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
 for uv, PIP_CACHE_DIR for pip) at a new empty directory; "warm" reuses the cache the empty-cache run of the same
@@ -26,7 +29,7 @@ from pathlib import Path
 from _common import REPO, machine, print_table, write_json
 
 CASES = (
-    "uv-empty-cache", "uv-warm-cache", "uv-second-prefix", "uv-rerun-noop",
+    "uv-empty-cache", "uv-warm-cache", "conda-warm-cache", "uv-second-prefix", "uv-rerun-noop",
     "pip-empty-cache", "pip-warm-cache", "plain-empty-cache", "plain-warm-cache",
 )
 # Steps of the install job's manifest reported on their own.
@@ -59,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="where prefixes and caches go (default: a temporary directory)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per case")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--conda-channel", help="channel of the conda case (default: ci/conda_channel.py's, built)")
     args = parser.parse_args(argv)
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = sorted(set(cases) - set(CASES))
@@ -104,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 # uv-second-prefix: another prefix, the same (warm) cache: what a second PyTorch version of a site
                 # gets from the cache the first one filled.
-                env = cache_env(kind, state == "empty-cache")
+                env = cache_env("uv" if kind == "conda" else kind, state == "empty-cache")
                 prefix = root / f"prefix {case}"  # a space in the path, as users have
-            command = ["bash", str(script), "--prefix", str(prefix), "--installer", kind, *args.install_args.split()]
+            if kind == "conda":
+                # The conda layer, then the same uv pip step as uv-warm-cache (its cache).
+                command = ["bash", str(script), "--prefix", str(prefix), "--installer", "uv", "--env-manager", "conda",
+                           "--conda-channel", args.conda_channel or conda_channel(), *args.install_args.split()]
+            else:
+                command = ["bash", str(script), "--prefix", str(prefix), "--installer", kind,
+                           *args.install_args.split()]
             results[case] = timed(command, env, args.timeout)
             if state != "rerun-noop":
                 steps[case] = published_steps(prefix)
@@ -122,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"install_step_uv_over_pip_{state.split('-')[0]}"] = uv[INSTALL_STEP] / pip[INSTALL_STEP]
         if f"uv-{state}" in results and f"pip-{state}" in results:
             ratios[f"install_job_uv_over_pip_{state.split('-')[0]}"] = results[f"uv-{state}"] / results[f"pip-{state}"]
+    if "conda-warm-cache" in results and "uv-warm-cache" in results:
+        ratios["install_job_conda_over_venv_warm"] = results["conda-warm-cache"] / results["uv-warm-cache"]
     if "uv-second-prefix" in results and "uv-warm-cache" in results:
         ratios["second_prefix_over_warm"] = results["uv-second-prefix"] / results["uv-warm-cache"]
     payload["ratios"] = ratios
@@ -134,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key}: {value:.2f}")
     write_json(args.json, payload)
     return 0
+
+
+def conda_channel() -> str:
+    """The CI's local conda channel (built once, cached under build/), as a URL."""
+    done = subprocess.run([sys.executable, str(REPO / "ci" / "conda_channel.py")], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.strip()
 
 
 def published_steps(prefix: Path) -> dict[str, float]:

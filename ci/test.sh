@@ -33,15 +33,16 @@ LINT="$LXPU_REPO_ROOT/build/venvs/lint"
 
 # What each stage needs prepared (its tests' markers and tools), from PREPARATION: the ci/services/install.sh
 # parts (debian: the packages, shellcheck and Lmod among them; impi: Intel MPI), the services started (munge,
-# slurm) and the ci/venvs.sh targets (lint: ruff alone; base; lightning: one venv per Lightning version).
-PREPARATION=(debian impi munge slurm lint base lightning)
-ALL_NEEDS="debian impi munge slurm base lightning"
+# slurm) and the ci/venvs.sh targets (lint: ruff alone; base; lightning: one venv per Lightning version;
+# conda-channel: the local conda channel of tests/install/test_conda_layer.py).
+PREPARATION=(debian impi munge slurm lint base lightning conda-channel)
+ALL_NEEDS="debian impi munge slurm base lightning conda-channel"
 declare -A STAGE_NEEDS=(
     [lint]="debian lint"
     [ci]="$ALL_NEEDS"
     [recipes]="debian munge slurm base"
     [unit]="debian base lightning"
-    [services]="debian impi munge slurm base"
+    [services]="debian impi munge slurm base conda-channel"
     [multinode]="$ALL_NEEDS"
     [benchmarks]="$ALL_NEEDS"
     [docs]="$ALL_NEEDS"
@@ -138,7 +139,7 @@ among() {
     done
 }
 INSTALL_PARTS="$(among debian impi)"
-VENV_TARGETS="$(among lint base lightning)"
+VENV_TARGETS="$(among lint base lightning conda-channel)"
 print_plan() {
     if ((OFFLINE)); then
         printf 'plan: offline: install, start and build nothing\n'

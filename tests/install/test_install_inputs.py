@@ -135,21 +135,16 @@ def test_bad_input_prefix_is_a_file(install_job: Path, source_repo: Path, tmp_pa
     assert result.returncode == 2 and "exists and is not a directory" in result.output, result.output
 
 
-def test_bad_input_conda_without_conda(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
-    path = os.pathsep.join(
-        d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "conda").exists()
-    )
-    result = h.run_job(
-        install_job,
-        "--source",
-        str(source_repo),
-        "--env-manager",
-        "conda",
-        prefix=tmp_path / "p",
-        env=h.job_env(PATH=path),
-    )
-    assert result.returncode == 2 and "no conda executable on PATH" in result.output, result.output
-    assert not (tmp_path / "p").exists()
+def test_bad_input_conda_exe(install_job: Path, source_repo: Path, tmp_path: Path) -> None:
+    """--env-manager conda needs no conda executable (the conda layer: tests/install/test_conda_layer.py); a
+    --conda-exe that is not one, or without --env-manager conda, is bad input."""
+    for args, expected in (
+        (["--env-manager", "conda", "--conda-exe", str(tmp_path / "no-conda")], "is not an executable"),
+        (["--env-manager", "venv", "--conda-exe", "bash"], "add --env-manager conda"),
+    ):
+        result = h.run_job(install_job, "--source", str(source_repo), *args, prefix=tmp_path / "p")
+        assert result.returncode == 2 and expected in result.output, result.output
+        assert not (tmp_path / "p").exists()
 
 
 def test_dry_run_prints_every_step_and_creates_nothing(
@@ -249,8 +244,8 @@ exec python3.11 -m venv "$prefix"
 def test_conda_branch_runs_the_expected_commands(
     install_job: Path, source_repo: Path, tmp_path: Path
 ) -> None:
-    """No conda here (nor in CI): a recording stand-in shows what the conda branch runs; the real conda path
-    runs only where conda and its channels are reachable."""
+    """--conda-exe: no conda here (nor in CI): a recording stand-in shows what the conda branch runs with a site's
+    own conda. The py-rattler path, for real: tests/install/test_conda_layer.py."""
     record = tmp_path / "record"
     record.mkdir()
     bindir = tmp_path / "bin"
@@ -261,17 +256,10 @@ def test_conda_branch_runs_the_expected_commands(
     empty_wheelhouse = tmp_path / "wheelhouse"
     empty_wheelhouse.mkdir()
 
-    dry = h.run_job(
-        install_job,
-        "--source",
-        str(source_repo),
-        "--env-manager",
-        "conda",
-        "--dry-run",
-        prefix=prefix,
-        env=env,
-    )
-    assert dry.returncode == 0 and "+ conda env create --prefix" in dry.output, dry.output
+    conda = ["--env-manager", "conda", "--conda-exe", str(bindir / "conda")]
+    dry = h.run_job(install_job, "--source", str(source_repo), *conda, "--dry-run", prefix=prefix, env=env)
+    assert dry.returncode == 0 and "lxpu_engine.conda_layer create" in dry.output, dry.output
+    assert f"--conda-exe={bindir / 'conda'}" in dry.output.replace("\\ ", " "), dry.output
     assert not (record / "argv").exists()
 
     # An empty wheelhouse stops the run at the package step, right after conda's.
@@ -279,8 +267,7 @@ def test_conda_branch_runs_the_expected_commands(
         install_job,
         "--source",
         str(source_repo),
-        "--env-manager",
-        "conda",
+        *conda,
         "--wheelhouse",
         str(empty_wheelhouse),
         prefix=prefix,

@@ -80,7 +80,11 @@ Options:
   --prefix DIR            install prefix (default: ${LXPU_DEFAULT_PREFIX})
   --variant V             one of: ${LXPU_VARIANTS}, or auto (default: ${default_variant}; auto = xpu
                           when an Intel GPU is present, else cpu)
-  --env-manager M         conda or venv (default: ${manager})
+  --env-manager M         conda or venv (default: ${manager}); conda needs no conda executable: the conda
+                          layer is solved and linked by py-rattler (pinned, hash-checked, in <prefix>/.tools)
+  --conda-exe PATH        build the conda layer with this conda's \`conda env create\` instead of py-rattler
+  --conda-channel C       conda channels (a mirror or a local channel; space-separated) instead of the site's
+                          ($LXPU_CONDA_CHANNELS); also LIGHTNING_XPU_CONDA_CHANNELS, else .condarc's channels
   --base-python PATH      build a venv with --system-site-packages over this Python, which must already
                           have torch; packages it already has are used as they are (recorded), not reinstalled
   --source DIR            the lightning-xpu repository (default: found from SLURM_SUBMIT_DIR or
@@ -299,7 +303,8 @@ _lxpu_parse_args() {
 			_lxpu_action="${opt#--}"
 			;;
 		--prefix | --variant | --env-manager | --base-python | --source | --pip-source | --index-url | \
-			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group | --keep | --older-than | --installer)
+			--extra-index-url | --wheelhouse | --lock-timeout | --shared-group | --keep | --older-than | --installer | \
+			--conda-exe | --conda-channel)
 			_lxpu_need_value "$@"
 			case "$opt" in
 			--prefix) _lxpu_prefix="$2" ;;
@@ -316,6 +321,8 @@ _lxpu_parse_args() {
 			--keep) _lxpu_keep="$2" ;;
 			--older-than) _lxpu_older_than="$2" ;;
 			--installer) _lxpu_installer="$2" ;;
+			--conda-exe) _lxpu_conda_exe="$2" ;;
+			--conda-channel) _lxpu_conda_channel="$2" ;;
 			esac
 			shift
 			;;
@@ -499,24 +506,26 @@ print("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base
 	fi
 	case "${_lxpu_env_manager:-auto}" in
 	auto)
-		if [[ "$LXPU_SITE_ENV_MANAGER" == conda ]] && value="$(command -v conda)"; then
+		if [[ "$LXPU_SITE_ENV_MANAGER" == conda ]]; then
 			_lxpu_env_manager=conda
-			_lxpu_env_why="site $LXPU_SITE's default, and conda is on PATH ($value)"
-		elif [[ "$LXPU_SITE_ENV_MANAGER" == conda ]]; then
-			_lxpu_env_manager=venv
-			_lxpu_env_why="site $LXPU_SITE's default is conda, but no conda is on PATH after loading the site modules"
+			_lxpu_env_why="site $LXPU_SITE's default (py-rattler: no conda executable needed)"
 		else
 			_lxpu_env_manager=venv
 			_lxpu_env_why="site $LXPU_SITE's default"
 		fi
 		;;
 	conda)
-		command -v conda >/dev/null ||
-			_lxpu_bad_input "--env-manager conda: no conda executable on PATH: load your site's conda module or pass --env-manager venv"
 		_lxpu_env_why="--env-manager conda"
 		;;
 	venv) _lxpu_env_why="--env-manager venv" ;;
 	esac
+	if [[ -n "${_lxpu_conda_exe:-}" ]]; then
+		[[ "$_lxpu_env_manager" == conda ]] ||
+			_lxpu_bad_input "--conda-exe builds the conda layer: add --env-manager conda, or drop --conda-exe"
+		value="$(command -v -- "$_lxpu_conda_exe" || true)"
+		[[ -n "$value" && -x "$value" ]] || _lxpu_bad_input "--conda-exe $_lxpu_conda_exe is not an executable: pass the path of your conda, or drop --conda-exe"
+		_lxpu_conda_exe="$value" _lxpu_env_why+=" (with $value)"
+	fi
 	[[ "$_lxpu_env_manager" == venv ]] || return 0
 	_lxpu_load_modules "Python module" "$LXPU_SITE_PYTHON_MODULE"
 	_lxpu_python="$(command -v "python$_lxpu_python_version" || true)"
@@ -704,11 +713,21 @@ _lxpu_create_env() {
 	if [[ "$_lxpu_env_manager" == conda ]]; then
 		# conda builds the conda layer only; the pip layer goes through the same pip step as a venv, so
 		# sources, locks and hashes are handled once.
-		local yml="$_lxpu_prefix/.envs/.tmp.$_lxpu_tag.$$.environment.yml"
-		_lxpu_say "+ write $(_lxpu_quote "$yml") (channels $LXPU_CONDA_CHANNELS; Python $_lxpu_python_version and pip)"
-		[[ "$_lxpu_dry_run" == 1 ]] || _lxpu_conda_yml "$_lxpu_variant" >"$yml"
-		_lxpu_run conda env create --prefix "$_lxpu_env" --file "$yml"
-		[[ "$_lxpu_dry_run" == 1 ]] || rm -f "$yml"
+		# lxpu_engine/conda_layer.py: py-rattler in a child process (or --conda-exe), every package's sha256
+		# checked, built beside the final path and renamed into place.
+		local args=(create "$_lxpu_env" "--python=$_lxpu_python_version") channel option
+		for channel in $LXPU_CONDA_CHANNELS; do args+=("--channel=$channel"); done
+		[[ -z "${_lxpu_conda_channel:-}" ]] || args+=("--conda-channel=$_lxpu_conda_channel")
+		[[ -z "${_lxpu_conda_exe:-}" ]] || args+=("--conda-exe=$_lxpu_conda_exe")
+		[[ ! -f "$_lxpu_source/recipes/locks/conda/python-$_lxpu_python_version.txt" ]] ||
+			args+=("--lock=$_lxpu_source/recipes/locks/conda/python-$_lxpu_python_version.txt")
+		for option in "${_lxpu_pip_options[@]}"; do args+=("--pip-option=$option"); done
+		if [[ "$_lxpu_dry_run" == 1 ]]; then
+			_lxpu_say "+ python -m lxpu_engine.conda_layer $(_lxpu_quote "${args[@]}")"
+		else
+			_lxpu_engine_on "$_lxpu_engine_python" conda_layer "${args[@]}" ||
+				_lxpu_fail "the conda layer could not be built (the line above says why)"
+		fi
 	elif [[ -n "$_lxpu_base_python" ]]; then
 		_lxpu_installer_create_venv "$_lxpu_env" --system-site-packages
 		if [[ "$_lxpu_base_is_venv" == True ]]; then
