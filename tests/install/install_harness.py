@@ -544,3 +544,10 @@ def expected_tag_files(prefix: Path) -> dict[Path, str]:
     variant = next(name for name in version.variants if version.tag(name) == TAG)
     tag = TagData.from_mapping(Renderer(recipes).tag_data(version, variant))
     return {prefix / tag.modulefile_name: modulefile_text(tag), prefix / tag.setup_name: setup_text(tag)}
+
+
+def write_tag_files(prefix: Path) -> None:
+    """TAG's modulefile and setup script written into `prefix` as an install writes them (expected_tag_files)."""
+    for path, text in expected_tag_files(prefix).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

@@ -245,19 +245,15 @@ def _fake_pbs(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("entry", ["setup script", "module"])
 def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared: Shared, tmp_path: Path) -> None:
-    """The rendered setup script and modulefile (any tag the renderer made) switch to the copy by themselves."""
-    setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*.sh"))[0]
-    tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
+    """The setup script and modulefile the install writes switch to the copy by themselves."""
+    tag = h.TAG
     prefix = shared.root.parent
     shared.root.rename(prefix / tag)
     root = prefix / tag
     for name in ("lightning-xpu-site.sh", "lightning-xpu-site-modules.txt"):
         (root / name).write_text("")
     Shared(root, shared.local).set_pack(tag=tag)
-    (prefix / setup.name).write_bytes(setup.read_bytes())
-    (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
-    (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
-        (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    h.write_tag_files(prefix)
     h.add_shared_code(prefix)  # the code both call
     load = h.load_line(entry, prefix, tag)
     env = {"HOME": os.environ.get("HOME", "/root"), "LIGHTNING_XPU_STAGE_DIR": str(shared.local),

@@ -55,16 +55,12 @@ def _uv() -> str | None:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     work = tmp_path_factory.mktemp("userenv")
-    setup = sorted((REPO / "scripts" / "common" / "setup").glob("lightning-setup-*-cpu.sh"))[0]
-    tag = setup.name.removeprefix("lightning-setup-").removesuffix(".sh")
+    tag = h.TAG
     prefix = work / "shared prefix"
     prefix.mkdir()
     root = h.make_prebuilt_env(prefix / tag, REPO)
     pins.write_constraints(root, root / "bin" / "python")
-    (prefix / setup.name).write_bytes(setup.read_bytes())
-    (prefix / "modulefiles" / "lightning-xpu").mkdir(parents=True)
-    (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").write_bytes(
-        (REPO / "modulefiles" / "lightning-xpu" / f"{tag}.lua").read_bytes())
+    h.write_tag_files(prefix)
     h.add_shared_code(prefix)
     wheels = work / "wheels"
     wheels.mkdir()
@@ -76,7 +72,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     for path in [prefix, *prefix.rglob("*")]:  # read-only for everyone (root still writes: see the listing check)
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    return {"prefix": prefix, "root": root, "tag": tag, "setup": setup.name, "wheels": wheels, "work": work}
+    setup = f"lightning-setup-{tag}.sh"
+    return {"prefix": prefix, "root": root, "tag": tag, "setup": setup, "wheels": wheels, "work": work}
 
 
 def test_pins_are_derived_from_the_installed_distributions(world: dict[str, Path | str]) -> None:
