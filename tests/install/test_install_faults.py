@@ -137,6 +137,9 @@ def test_scancel_of_the_install_job_keeps_the_previous_install(
     finally:
         subprocess.run(scancel, check=False, timeout=60)
     h.wait_for_slurm_job(job_id)
+    # Slurm ended the job, but `scancel --batch` signals the batch shell's tree only as far as it reaches: let the
+    # paused `cp` shim go, so no process of the job stays behind holding the log's tee open.
+    (tmp_path / "pause").unlink()
     log = h.new_log(prefix, logs)
     assert log is not None and PAUSED in log.read_text()
     last = log.read_text().strip().splitlines()[-1]
