@@ -49,12 +49,6 @@ def add_shared_code(prefix: Path) -> None:
     shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
     shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
 
-STEP_MARKERS = {
-    "packages": f"[4/{STEP_TOTAL}] install pinned packages ...",
-    "runtime": f"[5/{STEP_TOTAL}] install lightning_xpu",
-    "smoke": f"[8/{STEP_TOTAL}] run the smoke job ...",
-}
-
 
 def require(available: bool, what: str) -> None:
     """Skip without the service; under CI (LXPU_REQUIRE_SERVICES=1) fail instead."""

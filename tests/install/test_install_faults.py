@@ -2,8 +2,12 @@
 lock that is never released. After each, the previous install is untouched, still loads (module and setup
 script) and runs the toy fit, and no half-written setup script or modulefile is visible.
 
-To stay cheap, builds that are meant to die use --base-python (CI's base venv already has torch and
-Lightning), so they reach the late steps in seconds instead of minutes.
+To stay cheap: the kills, the interruption and the race test the lock, the cleanup and the previous install, not
+the package steps, so their builds copy the small prebuilt environment (LXPU_TEST_PREBUILT, install_harness.
+make_prebuilt_env) instead of installing packages. A kill "during the build" happens right after that copy, before
+the manifest: the new build is as incomplete as one killed in the package steps. The failing package source and the
+failing smoke job need the real steps; they use --base-python (CI's base venv already has torch and Lightning), so
+they reach the late steps in seconds instead of minutes.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import install_harness as h
@@ -26,6 +33,41 @@ def fast_build_args(source: Path) -> list[str]:
     return ["--source", str(source), *h.PIP_SOURCE, "--base-python", h.base_python()]
 
 
+# What the `cp` shim of `paused_build_env` prints once the prebuilt environment is copied into the new build.
+PAUSED = "test pause: the prebuilt environment is copied, the new build has no manifest yet"
+
+
+@pytest.fixture(scope="module")
+def prebuilt_env(source_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return h.make_prebuilt_env(tmp_path_factory.mktemp("prebuilt") / "env", source_repo)
+
+
+def paused_build_env(prebuilt: Path, tmp_path: Path) -> dict[str, str]:
+    """The job environment of a build that copies `prebuilt` (LXPU_TEST_PREBUILT: steps 3 to 8) and then waits
+    while tmp_path/pause exists: a `cp` shim on PATH prints PAUSED after the copy. There the new build is in
+    .envs without a manifest, incomplete as in the package steps, and the job holds the install lock."""
+    shims, pause = tmp_path / "shims", tmp_path / "pause"
+    shims.mkdir()
+    pause.touch()
+    (shims / "cp").write_text(
+        "#!/bin/sh\n"
+        f'{shlex.quote(str(shutil.which("cp")))} "$@" || exit\n'
+        '[ "$2" = "$LXPU_TEST_PREBUILT" ] || exit 0\n'
+        f"echo {shlex.quote(PAUSED)}\n"
+        f"while [ -e {shlex.quote(str(pause))} ]; do sleep 0.1; done\n"
+    )
+    (shims / "cp").chmod(0o755)
+    return h.job_env(LXPU_TEST_PREBUILT=str(prebuilt), PATH=f"{shims}:{os.environ['PATH']}")
+
+
+def wait_until(done: Callable[[], bool], procs: list[subprocess.Popen[bytes]], what: str) -> None:
+    deadline = time.monotonic() + h.JOB_TIMEOUT_S
+    while not done():
+        assert all(proc.poll() is None for proc in procs), f"a job ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {h.JOB_TIMEOUT_S} s"
+        time.sleep(0.1)
+
+
 def assert_leftovers_cleaned_by_next_run(good: h.GoodInstall) -> None:
     """A kill -9 leaves its staging build behind; the next run (here a no-op) removes it under the lock."""
     result = h.run_job(good.job, "--source", str(good.source), *h.PIP_SOURCE, prefix=good.prefix)
@@ -35,19 +77,21 @@ def assert_leftovers_cleaned_by_next_run(good: h.GoodInstall) -> None:
     assert not list((good.prefix / ".envs").glob(".tmp.*")), "temporary files survived the next run"
 
 
-@pytest.mark.parametrize("step", ["runtime", "smoke"])
 def test_kill_9_of_the_process_group_keeps_the_previous_install(
-    step: str, good_install: h.GoodInstall, tmp_path: Path
+    good_install: h.GoodInstall, prebuilt_env: Path, tmp_path: Path
 ) -> None:
+    """kill -9 while the new build is incomplete (once: kills in the runtime and in the smoke step left the same
+    incomplete build; which package step ran is not what the lock and the cleanup see)."""
     prefix = good_install.prefix
     before = h.snapshot(prefix)
     logs = h.logs_of(prefix)
     output = tmp_path / "job.out"
-    proc = h.start_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, output=output)
-    h.wait_for_text(output, h.STEP_MARKERS[step], proc)
+    proc = h.start_job(good_install.job, *h.prebuilt_args(good_install.source), prefix=prefix, output=output,
+                       env=paused_build_env(prebuilt_env, tmp_path))
+    h.wait_for_text(output, PAUSED, proc)
     h.kill_group(proc)
     log = h.new_log(prefix, logs)
-    assert log is not None and h.STEP_MARKERS[step] in log.read_text()
+    assert log is not None and PAUSED in log.read_text()
     assert not log.read_text().rstrip().splitlines()[-1].startswith("lightning-xpu "), (
         "a kill -9 has no last line"
     )
@@ -59,7 +103,7 @@ def test_kill_9_of_the_process_group_keeps_the_previous_install(
 @pytest.mark.slurm
 @pytest.mark.parametrize("how", ["kill", "cancel"])
 def test_scancel_of_the_install_job_keeps_the_previous_install(
-    how: str, good_install: h.GoodInstall, tmp_path: Path
+    how: str, good_install: h.GoodInstall, prebuilt_env: Path, tmp_path: Path
 ) -> None:
     """kill: SIGKILL to the batch shell and all its children (`scancel --batch --signal=KILL`), nothing of the
     job runs after it. cancel: a plain `scancel` (what `scancel -s KILL` also does to a batch job): Slurm
@@ -78,9 +122,9 @@ def test_scancel_of_the_install_job_keeps_the_previous_install(
             str(good_install.job),
             "--prefix",
             str(prefix),
-            *fast_build_args(good_install.source),
+            *h.prebuilt_args(good_install.source),
         ],
-        env=h.job_env(),
+        env=paused_build_env(prebuilt_env, tmp_path),
         capture_output=True,
         text=True,
         timeout=60,
@@ -89,12 +133,15 @@ def test_scancel_of_the_install_job_keeps_the_previous_install(
     job_id = submit.stdout.strip().split(";")[0]
     scancel = ["scancel", "--batch", "--signal=KILL", job_id] if how == "kill" else ["scancel", job_id]
     try:
-        h.wait_for_slurm_text(job_id, output, h.STEP_MARKERS["packages"])
+        h.wait_for_slurm_text(job_id, output, PAUSED)
     finally:
         subprocess.run(scancel, check=False, timeout=60)
     h.wait_for_slurm_job(job_id)
+    # Slurm ended the job, but `scancel --batch` signals the batch shell's tree only as far as it reaches: let the
+    # paused `cp` shim go, so no process of the job stays behind holding the log's tee open.
+    (tmp_path / "pause").unlink()
     log = h.new_log(prefix, logs)
-    assert log is not None and h.STEP_MARKERS["packages"] in log.read_text()
+    assert log is not None and PAUSED in log.read_text()
     last = log.read_text().strip().splitlines()[-1]
     if how == "kill":
         assert not last.startswith("lightning-xpu "), "a SIGKILLed job cannot write a last line"
@@ -181,18 +228,25 @@ def processes_naming(text: str) -> list[str]:
 
 
 def test_two_installs_at_once_make_one_good_install(
-    install_job: Path, source_repo: Path, tmp_path: Path
+    install_job: Path, source_repo: Path, prebuilt_env: Path, tmp_path: Path
 ) -> None:
+    """The lock, not the build: both runs build from the prebuilt environment, and the first to take the lock waits
+    before publishing (LXPU_TEST_PAUSE_AT=record) until the other says that it waits."""
     prefix = tmp_path / "race prefix"
-    args = fast_build_args(source_repo)
-    procs = [
-        h.start_job(install_job, *args, prefix=prefix, output=tmp_path / f"job{i}.out") for i in range(2)
-    ]
+    pause = tmp_path / "pause"
+    pause.touch()
+    env = h.job_env(LXPU_TEST_PREBUILT=str(prebuilt_env), LXPU_TEST_PAUSE_AT="record", LXPU_TEST_PAUSE_FILE=str(pause))
+    paths = [tmp_path / f"job{i}.out" for i in range(2)]
+    procs = [h.start_job(install_job, *h.prebuilt_args(source_repo), prefix=prefix, output=path, env=env)
+             for path in paths]
+    waiting = f"another install of {h.TAG} holds"
+    wait_until(lambda: any(waiting in path.read_text() for path in paths), procs, "job waiting for the lock")
+    pause.unlink()
     for proc in procs:
         proc.wait(timeout=h.JOB_TIMEOUT_S)
-    outputs = [(tmp_path / f"job{i}.out").read_text() for i in range(2)]
+    outputs = [path.read_text() for path in paths]
     assert [proc.returncode for proc in procs] == [0, 0], outputs
-    waited = [i for i, out in enumerate(outputs) if "another install of 2.13-cpu holds" in out]
+    waited = [i for i, out in enumerate(outputs) if waiting in out]
     assert len(waited) == 1, outputs
     waiter, holder = waited[0], 1 - waited[0]
     assert f"pid {procs[holder].pid} host " in outputs[waiter], "the waiter did not log the holder's pid"
@@ -221,15 +275,18 @@ def test_lock_held_too_long_fails_clearly(install_job: Path, source_repo: Path, 
     assert h.env_dirs(prefix) == [] and not (prefix / h.TAG).exists()
 
 
-def test_interrupted_install_says_so_and_cleans_up(good_install: h.GoodInstall, tmp_path: Path) -> None:
+def test_interrupted_install_says_so_and_cleans_up(
+    good_install: h.GoodInstall, prebuilt_env: Path, tmp_path: Path
+) -> None:
     """SIGTERM (scancel without -s KILL, Ctrl-C): the last log line names the step and the signal, and the
     interrupted build removes its own staging directory and temporary files."""
     prefix = good_install.prefix
     before = h.snapshot(prefix)
     logs = h.logs_of(prefix)
     output = tmp_path / "job.out"
-    proc = h.start_job(good_install.job, *fast_build_args(good_install.source), prefix=prefix, output=output)
-    h.wait_for_text(output, h.STEP_MARKERS["packages"], proc)
+    proc = h.start_job(good_install.job, *h.prebuilt_args(good_install.source), prefix=prefix, output=output,
+                       env=paused_build_env(prebuilt_env, tmp_path))
+    h.wait_for_text(output, PAUSED, proc)
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
     log = h.new_log(prefix, logs)

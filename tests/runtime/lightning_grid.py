@@ -81,8 +81,9 @@ APIS = [
 TRAINERS = [api for api in APIS if api.values[0] == "trainer"]
 
 # Subprocess-heavy tests run once per CI run, on the newest Lightning CI tests.
+ON_NEWEST_LIGHTNING = _lightning_version() == TESTED_VERSIONS[-1]
 newest_lightning_only = pytest.mark.skipif(
-    _lightning_version() != TESTED_VERSIONS[-1],
+    not ON_NEWEST_LIGHTNING,
     reason=f"subprocess-heavy: runs once per CI run, on Lightning {TESTED_VERSIONS[-1]}",
 )
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightning_grid import newest_lightning_only
 
 from lightning_xpu.environments.rendezvous import main_port
 from tests.conftest import require_service
@@ -105,7 +106,10 @@ def _check_ddp_fit(out: Path, output: str, environment: str, launcher: str | Non
     return reports
 
 
+@newest_lightning_only
 def test_ddp_fit_launched_by_lightning(tmp_path: Path) -> None:
+    """The baseline of the launchers below. Once is enough: test_real_ddp.py runs the same Lightning-launched fit on
+    every Lightning."""
     out = tmp_path / "out"
     output = _run(_fit_command(out), _rank_environment(MASTER_PORT=str(_free_port())))
     _check_ddp_fit(out, output, "LightningEnvironment", None)

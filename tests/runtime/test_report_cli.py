@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lightning_grid import newest_lightning_only
 
 from lightning_xpu.report import FAIL, PASS, SKIP
 from lightning_xpu.report.checks import CHECKS
@@ -96,7 +97,10 @@ def test_smoke_level_lists_its_own_checks(capsys) -> None:
     assert not set(names) & {spec.name for spec in CHECKS}  # one framework, two distinct levels
 
 
+@newest_lightning_only
 def test_the_patch_report_and_its_public_function(tmp_path: Path) -> None:
+    """Our command line and our function print the same report. Once is enough: the two interpreters test our entry
+    points, and what the patches do on each Lightning is tested in-process on every Lightning."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = subprocess.run([sys.executable, "-m", "lightning_xpu", "report"], env=env, capture_output=True,
                              text=True, timeout=120, cwd=tmp_path)
