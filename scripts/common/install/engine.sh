@@ -64,8 +64,7 @@ _lxpu_conda_yml() {
 }
 
 _lxpu_usage() {
-	local default_variant="$LXPU_SITE_VARIANT" variant tags="" manager="venv"
-	[[ "$LXPU_SITE_ENV_MANAGER" != conda ]] || manager="conda if a conda executable is on PATH, else venv"
+	local default_variant="$LXPU_SITE_VARIANT" variant tags="" manager="$LXPU_SITE_ENV_MANAGER"
 	for variant in $LXPU_VARIANTS; do tags+="${tags:+, }$variant: $(lxpu_tag "$variant")"; done
 	cat <<EOF
 Usage: install_lightning_${LXPU_VERSION}.sh [options]
