@@ -190,7 +190,7 @@ def test_help_names_the_real_defaults_and_ends_with_the_exit_codes(recipes: Reci
         done = bash(f'bash "{REPO}/scripts/{site.name}/install_lightning_2.13.sh" --help')
         assert done.returncode == 0 and done.stderr == "", done.stderr
         manager = "conda if a conda executable is on PATH, else venv" if site.env_manager == "conda" else "venv"
-        assert f"--env-manager M         conda or venv (default: {manager})\n" in done.stdout
+        assert f"--env-manager M         conda or venv (default: {manager})" in done.stdout
         assert done.stdout.splitlines()[-1].startswith("Exit status: 0 installed"), done.stdout[-300:]
 
 
