@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .envnames import names_set_in
@@ -15,7 +16,7 @@ from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
 from .recipes import INSTALL_DATA, SHIM, Recipes
 from .sites import Site
-from .tagfiles import TAGFILES, TagData, modulefile_text, setup_text
+from .tagfiles import TAGFILES, VALIDATION_JOB, TagData, modulefile_text, setup_text, validation_job_text
 from .templating import make_environment, render
 
 
@@ -141,6 +142,12 @@ class Renderer:
         self._check_names(TAGFILES, modulefile + setup)
         return modulefile, setup
 
+    @staticmethod
+    def site_job_data(site: Site) -> dict[str, Any]:
+        """The site's validation job data for lxpu_engine.tagfiles (write_site_validation_job): the install writes
+        <prefix>/validate_lightning.sh from it."""
+        return {"site": site.name, "default_prefix": site.default_prefix, **site.validation.job_data()}
+
     def _job_variant(self, version: Version, variant: str, site: Site) -> dict[str, Any]:
         """One variant's data in the install job: the engine derives no name itself."""
         names = version.names(variant)
@@ -187,6 +194,7 @@ class Renderer:
             "build_tools": [tool.requirement("") for tool in self.recipes.matrix.tools],
             "site_env": site_env.splitlines(),
             "variants": variants,
+            "validation": self.site_job_data(site),
             "module_body": MODULEFILE_BODY,
             "setup_library": SETUP_LIBRARY,
             "setup_library_name": SETUP_LIBRARY_NAME,
@@ -214,8 +222,11 @@ class Renderer:
         )
         scripts = f"scripts/{site.name}"
         envs = f"envs/{site.name}"
+        # a preview of the site's validation job, as the install writes it into the site's default prefix
+        validation = validation_job_text(Path(site.default_prefix), self.site_job_data(site))
         artifacts = [
             Artifact(f"{scripts}/{install_script(version.minor)}", install, True, True),
+            Artifact(f"{envs}/{VALIDATION_JOB}", validation, True, False),
             Artifact(f"{envs}/lightning-xpu-site.sh", site_env, False, False, may_be_empty=True),
             Artifact(
                 f"{envs}/lightning-xpu-site-modules.txt",

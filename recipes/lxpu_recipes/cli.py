@@ -47,9 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         "render",
         help="render artifacts",
         description="Render the artifacts of the selected versions and sites into --out DIR (install job, "
-        "and per variant requirements.txt, environment.yml and previews of the modulefile and setup script the "
-        "install writes). `render --all` without --out regenerates every committed render in place "
-        "(scripts/<site>/) and deletes committed renders no recipe produces any more.",
+        "and per variant requirements.txt, environment.yml and previews of the modulefile, setup script and "
+        "site validation job the install writes). `render --all` without --out regenerates every committed render "
+        "in place (scripts/<site>/) and deletes committed renders no recipe produces any more.",
     )
     rendering.add_argument("--torch", action="append", metavar="X.Y", help="PyTorch version (repeatable)")
     rendering.add_argument("--site", action="append", help="site profile (repeatable)")

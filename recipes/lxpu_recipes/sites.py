@@ -47,6 +47,26 @@ class Headers:
 
 
 @dataclass(frozen=True)
+class Validation:
+    """The site validation job (<prefix>/validate_lightning.sh, written by the install: lxpu_engine/tagfiles.py):
+    its directives (after `#SBATCH ` or `#PBS `), the launchers its launched checks try, and how to submit it."""
+
+    marker: str  # "#SBATCH" or "#PBS"
+    directives: tuple[str, ...]
+    launchers: tuple[str, ...]
+    hint: str
+
+    def job_data(self) -> dict[str, Any]:
+        """What lxpu_engine/tagfiles.py writes the job from (with the site's name and default prefix)."""
+        return {
+            "marker": self.marker,
+            "directives": list(self.directives),
+            "launchers": list(self.launchers),
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
 class Site:
     name: str
     file: str
@@ -62,6 +82,7 @@ class Site:
     headers: dict[str, Headers]
     env: tuple[EnvSetting, ...]
     source_urls: dict[str, str]
+    validation: Validation
     raw: dict[str, Any]
 
     def submit(self, script: str) -> str:
@@ -109,22 +130,58 @@ def _read_headers(table: Table, scheduler: str) -> dict[str, Headers]:
                 "or change scheduler"
             )
         section.only({"common", "install"})
-        lists = {}
-        for key in ("common", "install"):
-            lists[key] = tuple(section.texts(key, []))
-            for directive in lists[key]:
-                if "\n" in directive or directive.lstrip().startswith("#"):
-                    raise section.error(key, f"'{directive}' must be one directive without '#'")
-                if not _DIRECTIVE[kind].match(directive.strip()):
-                    raise section.error(
-                        key, f"'{directive}' is not a {kind} directive: write {_DIRECTIVE_HINT[kind]}"
-                    )
-                if _ACCOUNT_OPTION.match(directive.strip()):
-                    raise section.error(
-                        key, f"'{directive}' hard-codes an account: users give it when they submit the job"
-                    )
+        lists = {key: _directives(section, key, kind) for key in ("common", "install")}
         headers[kind] = Headers(**lists)
     return headers
+
+
+def _directives(section: Table, key: str, kind: str) -> tuple[str, ...]:
+    """The list `key` of `section`, each one an option of `kind`'s submit command and none an account."""
+    directives = tuple(section.texts(key, []))
+    for directive in directives:
+        if "\n" in directive or directive.lstrip().startswith("#"):
+            raise section.error(key, f"'{directive}' must be one directive without '#'")
+        if not _DIRECTIVE[kind].match(directive.strip()):
+            raise section.error(key, f"'{directive}' is not a {kind} directive: write {_DIRECTIVE_HINT[kind]}")
+        if _ACCOUNT_OPTION.match(directive.strip()):
+            raise section.error(
+                key, f"'{directive}' hard-codes an account: users give it when they submit the job"
+            )
+    return directives
+
+
+VALIDATION_JOB = "validate_lightning.sh"
+# The launchers the validation's launched checks know (lightning_xpu/report/checks.py).
+VALIDATION_LAUNCHERS = ("srun", "mpiexec")
+# Every validation job's name and log, whatever the site: the site file gives only its resources.
+_VALIDATION_NAMING = {
+    "slurm": ("--job-name=lxpu-validate", "--output=lxpu-validate-%j.log"),
+    "pbs": ("-N lxpu-validate", "-j oe"),
+}
+_MARKER = {"slurm": "#SBATCH", "pbs": "#PBS"}
+
+
+def _read_validation(table: Table, scheduler: str, headers: dict[str, Headers], submit_hint: str) -> Validation:
+    """[validation] (every key optional): `directives`, checked like the install job's against the site's
+    scheduler (a site without one: its headers' family, else slurm), default the site's common directives;
+    `launchers`, default mpiexec under PBS (PALS) and srun then mpiexec elsewhere; `hint`, default the site's
+    submit_hint for this job."""
+    table.only({"directives", "launchers", "hint"})
+    kind = scheduler if scheduler != "none" else next(iter(headers), "slurm")
+    if table.has("directives"):
+        resources = _directives(table, "directives", kind)
+    else:
+        resources = headers[kind].common if kind in headers else ()
+    launchers = tuple(table.texts("launchers", ["mpiexec"] if kind == "pbs" else list(VALIDATION_LAUNCHERS)))
+    unknown = [name for name in launchers if name not in VALIDATION_LAUNCHERS]
+    if unknown or not launchers:
+        raise table.error("launchers", f"{launchers!r}: give one or more of {', '.join(VALIDATION_LAUNCHERS)}")
+    # qsub passes a job's arguments with -F; sbatch and bash take them after the script.
+    call = f'-F "--tag <tag>" {VALIDATION_JOB}' if kind == "pbs" else f"{VALIDATION_JOB} --tag <tag>"
+    hint = table.text_or("hint", submit_hint.replace("{script}", call))
+    if "\n" in hint:
+        raise table.error("hint", "must be one line (it is a comment in the job)")
+    return Validation(_MARKER[kind], _VALIDATION_NAMING[kind] + resources, launchers, hint)
 
 
 def _read_env(table: Table, known: KnownNames) -> tuple[EnvSetting, ...]:
@@ -193,6 +250,7 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
             "headers",
             "env",
             "sources",
+            "validation",
         }
     )
     scheduler = root.text("scheduler")
@@ -239,6 +297,7 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
         headers=headers,
         env=_read_env(root.table_or_empty("env"), known),
         source_urls=_read_source_urls(root.table_or_empty("sources"), source_names),
+        validation=_read_validation(root.table_or_empty("validation"), scheduler, headers, hint),
         raw=root.data,
     )
 

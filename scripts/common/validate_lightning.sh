@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lightning-xpu site validation job: the body shared by scripts/<site>/validate_lightning.sh.
+# lightning-xpu site validation job: the body shared by every site's <prefix>/validate_lightning.sh.
 # Loads an installed lightning-xpu (setup script, module, or a given Python), then runs
 # `python -m lightning_xpu validate` once, on the first node of the allocation; the checks that need several
 # processes start them themselves (over all local tiles, and through srun or mpiexec over the allocation).
@@ -32,8 +32,8 @@ Checks:
   --out DIR               report directory (default: ./lightning-xpu-validation-<job id or date>)
   -h, --help              this help
 
-The site wrappers (scripts/<site>/validate_lightning.sh) pass the site's defaults first:
-  --site-prefix DIR, --site-launchers LIST (recipes/sites/<site>.toml default_prefix; the site's launchers).
+The site job the install writes (<prefix>/validate_lightning.sh) passes the site's defaults first:
+  --site-prefix DIR, --site-launchers LIST (recipes/sites/<site>.toml default_prefix, [validation] launchers).
 EOF
 }
 

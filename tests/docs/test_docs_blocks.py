@@ -86,4 +86,5 @@ def test_readme_install_command_installs_a_validated_environment(docs_install: D
     assert manifest["smoke"]["checks"] and not failed, f"smoke checks failed: {failed}"
     assert (prefix / "modulefiles" / "lightning-xpu" / f"{tag}.lua").is_file()
     assert (prefix / f"lightning-setup-{tag}.sh").is_file()
+    assert (prefix / "validate_lightning.sh").is_file()  # the site validation job, written with the tag files
     assert docs_install.output.rstrip().splitlines()[-1].startswith(f"lightning-xpu {tag}: installed")

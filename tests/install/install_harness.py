@@ -483,6 +483,18 @@ def make_prebuilt_env(dest: Path, source: Path) -> Path:
     return dest
 
 
+def rewrite_site_job(prefix: Path, source: Path) -> None:
+    """Write <prefix>/validate_lightning.sh as an install at this place would (the engine's tagfiles command, fed
+    SITE's validation data from the source's rendered recipe data): the job names the prefix it was written for,
+    so a copied prefix needs its own (else the next no-op run of the copy restores it)."""
+    jobs = json.loads((source / "recipes" / "rendered" / "install-data.json").read_text())["jobs"]
+    subprocess.run(
+        [sys.executable, "-B", "-m", "lxpu_engine.tagfiles", "site-job", "write", str(prefix),
+         json.dumps(jobs[f"{SITE}/{VERSION}"]["validation"])],
+        cwd=source / "scripts" / "common" / "install", check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
 def prebuilt_args(source: Path) -> list[str]:
     """Install-job options that fit the prebuilt environment."""
     return ["--source", str(source), *PIP_SOURCE, "--base-python", base_python()]

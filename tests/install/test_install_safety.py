@@ -93,6 +93,7 @@ def prefix(pre: Prebuilt, tmp_path: Path) -> Path:
     """A copy of the template prefix (builds A and B, B published)."""
     dest = tmp_path / "pre fix"
     shutil.copytree(pre.template, dest, symlinks=True)
+    h.rewrite_site_job(dest, pre.source)
     return dest
 
 
@@ -269,6 +270,25 @@ def test_deleted_lock_file_changes_nothing(pre: Prebuilt, prefix: Path, tmp_path
     assert recorded_previous(prefix, first_build) == b
     assert recorded_previous(prefix, second_build) == first_build, "the two installs overlapped"
     assert_consistent(prefix)
+
+
+def test_noop_rerun_restores_the_site_validation_job(pre: Prebuilt, prefix: Path, tmp_path: Path) -> None:
+    """The install writes <prefix>/validate_lightning.sh (and the common script it runs) with the tag files; a
+    no-op rerun puts back a missing one, as it does the setup script and modulefile."""
+    job, common = prefix / "validate_lightning.sh", prefix / ".validate_lightning.common.sh"
+    written = job.read_text()
+    assert common.read_bytes() == (pre.source / "scripts" / "common" / "validate_lightning.sh").read_bytes()
+    job.unlink()
+    common.unlink()
+    again = run(pre, prefix)
+    assert again.returncode == 0 and "validation job restored" in again.last_line, again.output
+    assert job.read_text() == written and os.access(job, os.X_OK) and common.is_file()
+    spool = tmp_path / "spool" / "job.sh"  # the scheduler's copy, elsewhere: it finds the prefix it was written for
+    spool.parent.mkdir()
+    shutil.copy(job, spool)
+    shown = subprocess.run(["bash", str(spool), "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert shown.returncode == 0 and shown.stdout.startswith("Usage: validate_lightning.sh"), shown.stderr
+    assert "nothing changed" in run(pre, prefix).last_line
 
 
 # ---- logs and free space ----

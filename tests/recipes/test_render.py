@@ -170,6 +170,7 @@ CONTRACT_NAMES = {
     "LXPU_SITE_PYTHON_MODULE",
     "LXPU_BUILD_TOOLS",
     "LXPU_SITE_ENV",
+    "LXPU_SITE_JOB_DATA",
     "LXPU_MODULE_BODY",
     "LXPU_SETUP_LIB",
     "LXPU_SETUP_LIB_NAME",
@@ -318,6 +319,7 @@ def test_a_new_version_is_one_matrix_entry(temp_repo: Path, recipes: Recipes) ->
     assert full.returncode == 0, full.stderr
     produced = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     expected = [f"envs/{PLAIN_SITE}/lightning-xpu-site-modules.txt", f"envs/{PLAIN_SITE}/lightning-xpu-site.sh"]
+    expected.append(f"envs/{PLAIN_SITE}/validate_lightning.sh")  # a preview of the install's site validation job
     for tag in ("2.99", "2.99-cpu", "2.99-cuda"):
         expected += [
             f"envs/{PLAIN_SITE}/{tag}/{name}"

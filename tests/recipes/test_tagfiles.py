@@ -1,6 +1,6 @@
 """lxpu_engine/tagfiles.py on its own: every tag of recipes/matrix.toml gets a modulefile and setup script that
-compile, a rerun sees them current and rewrites a changed one, bad data is one line, and a site's validation job
-finds the common script from a spool copy."""
+compile, a rerun sees them current and rewrites a changed one, and bad data is one line (the site validation
+job: test_site_validation.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lxpu_engine.tagfiles import TagDataError, tag_files_current, write_site_validation_job, write_tag_files
+from lxpu_engine.tagfiles import TagDataError, tag_files_current, write_tag_files
 from lxpu_recipes.artifacts import Renderer
 from lxpu_recipes.recipes import Recipes
 from lxpu_recipes.tagfiles import TagData
@@ -50,19 +50,3 @@ def test_bad_tag_data_is_one_line(recipes: Recipes) -> None:
     with pytest.raises(TagDataError, match=r"^tag data: 'torch' must be a non-empty string \(got None\)$"):
         TagData.from_mapping(data)
 
-
-def test_site_validation_job_runs_from_a_spool_copy(recipes: Recipes, tmp_path: Path) -> None:
-    for site in recipes.sites.values():
-        prefix = tmp_path / site.name / "pre fix"
-        data = {
-            "name": site.name,
-            "scheduler": site.scheduler,
-            "default_prefix": site.default_prefix,
-            "launchers": ["mpiexec"],
-        }
-        job = write_site_validation_job(prefix, data)
-        assert job == prefix / "validate_lightning.sh"
-        spool = tmp_path / site.name / "spool.sh"  # a scheduler runs a copy, elsewhere
-        shutil.copy(job, spool)
-        done = subprocess.run(["bash", str(spool), "--help"], capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode == 0 and done.stdout.startswith("Usage: validate_lightning.sh"), done.stderr

@@ -1059,12 +1059,15 @@ _lxpu_write_entry_points() {
 	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" 0644 <"$_lxpu_source/$LXPU_SETUP_LIB"
 	_lxpu_write_atomic "$_lxpu_prefix/$LXPU_MODULE_BODY" 0644 <"$_lxpu_source/$LXPU_MODULE_BODY"
 	if [[ "$_lxpu_dry_run" == 1 ]]; then
-		printf '+ write %s\n' "$(_lxpu_quote "$setup")" "$(_lxpu_quote "$modfile")"
+		printf '+ write %s\n' "$(_lxpu_quote "$setup")" "$(_lxpu_quote "$modfile")" \
+			"$(_lxpu_quote "$_lxpu_prefix/validate_lightning.sh")"
 		return 0
 	fi
 	_lxpu_tagfiles write >/dev/null || _lxpu_fail "could not write $setup and $modfile"
+	_lxpu_site_job write >/dev/null || _lxpu_fail "could not write $_lxpu_prefix/validate_lightning.sh"
 	_lxpu_share_permissions -R "$_lxpu_prefix/modulefiles"
-	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs"
+	_lxpu_share_permissions -- "$setup" "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_prefix/.envs" "$_lxpu_prefix/logs" \
+		"$_lxpu_prefix/validate_lightning.sh" "$_lxpu_prefix/.validate_lightning.common.sh"
 	[[ -z "$_lxpu_log" ]] || _lxpu_share_permissions -- "$_lxpu_log"
 	_lxpu_warn_other_contracts
 }
@@ -1092,10 +1095,16 @@ _lxpu_tagfiles() {
 	_lxpu_engine_on "$_lxpu_engine_python" tagfiles "$1" "$_lxpu_prefix" "$(lxpu_tag_data "$_lxpu_variant")"
 }
 
+# The site's validation job (<prefix>/validate_lightning.sh and the common script it calls), written by
+# lxpu_engine/tagfiles.py from the job's LXPU_SITE_JOB_DATA (recipes/sites/<site>.toml [validation], rendered).
+_lxpu_site_job() {
+	_lxpu_engine_on "$_lxpu_engine_python" tagfiles site-job "$1" "$_lxpu_prefix" "$LXPU_SITE_JOB_DATA"
+}
+
 _lxpu_entry_points_current() {
 	local setup="$_lxpu_prefix/${_lxpu_setup_file##*/}"
 	local modfile="$_lxpu_prefix/modulefiles/$_lxpu_module.lua"
-	[[ -f "$setup" && -f "$modfile" ]] && _lxpu_tagfiles current &&
+	[[ -f "$setup" && -f "$modfile" ]] && _lxpu_tagfiles current && _lxpu_site_job current &&
 		cmp -s "$_lxpu_prefix/$LXPU_MODULE_BODY" "$_lxpu_source/$LXPU_MODULE_BODY" &&
 		cmp -s "$_lxpu_prefix/$LXPU_SETUP_LIB_NAME" "$_lxpu_source/$LXPU_SETUP_LIB"
 }
@@ -1289,7 +1298,7 @@ _lxpu_lock_or_stop() {
 		_lxpu_result="already installed with these inputs: nothing changed (--force rebuilds)"
 	else
 		_lxpu_write_entry_points
-		_lxpu_result="already installed with these inputs: setup script and modulefile restored"
+		_lxpu_result="already installed with these inputs: setup script, modulefile and validation job restored"
 	fi
 	_lxpu_env=""
 }

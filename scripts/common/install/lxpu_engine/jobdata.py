@@ -87,6 +87,8 @@ def shell_assignments(data: dict[str, Any]) -> str:
     lines = [f"{name}={shlex.quote(str(value))}" for name, value in scalars.items()]
     lines.append(f"LXPU_BUILD_TOOLS={_array(data['build_tools'])}")
     lines.append(f"LXPU_SITE_ENV={_array(data['site_env'])}")
+    # the site's validation job data, from which tagfiles.py writes <prefix>/validate_lightning.sh
+    lines.append(f"LXPU_SITE_JOB_DATA={shlex.quote(json.dumps(data['validation'], sort_keys=True))}")
     for name, variant in data["variants"].items():
         lines += [
             f"LXPU_TAG_{name}={shlex.quote(variant['tag'])}",

@@ -230,7 +230,11 @@ def write_tag_files(prefix: Path, tag: TagData) -> list[Path]:
 
 def tag_files_current(prefix: Path, tag: TagData) -> bool:
     """Whether both files are there with the content this data writes (a no-op rerun restores them otherwise)."""
-    for path, (text, _mode) in _wanted(Path(prefix), tag).items():
+    return _all_current(_wanted(Path(prefix), tag))
+
+
+def _all_current(wanted: Mapping[Path, tuple[str, int]]) -> bool:
+    for path, (text, _mode) in wanted.items():
         try:
             if path.read_text() != text:
                 return False
@@ -239,41 +243,45 @@ def tag_files_current(prefix: Path, tag: TagData) -> bool:
     return True
 
 
-def _site_field(site: Mapping[str, Any], key: str) -> Any:
-    if key not in site:
-        raise TagDataError(f"site data: '{key}' is missing (recipes/sites/<site>.toml)")
-    return site[key]
+def _site_field(site: Mapping[str, Any], key: str, kind: type = str) -> Any:
+    value = site.get(key)
+    if not isinstance(value, kind) or not value or (kind is list and not all(isinstance(v, str) for v in value)):
+        raise TagDataError(f"site data: '{key}' is missing or not a {kind.__name__} (recipes/sites/<site>.toml)")
+    return value
+
+
+def _shell_path(path: str) -> str:
+    """One shell word for `path`; a leading $HOME/ (a site's default prefix) expands, nothing else does."""
+    if path.startswith("$HOME/"):
+        return '"$HOME"/' + shlex.quote(path[len("$HOME/") :])
+    return shlex.quote(path)
 
 
 def validation_job_text(prefix: Path, site: Mapping[str, Any]) -> str:
-    """The site's validation job: the scheduler's directives, the site's defaults, and a call of the common
-    validation script written next to it. Under a scheduler the job runs from a spool copy, so it also looks in
-    the submit directory and in the prefix it was written for."""
-    name, scheduler = str(_site_field(site, "name")), str(_site_field(site, "scheduler"))
-    directives = [str(d) for d in site.get("validate_directives", [])]
-    marker = {"slurm": "#SBATCH", "pbs": "#PBS", "none": "#SBATCH"}.get(scheduler)
-    if marker is None:
-        raise TagDataError(f"site data: scheduler '{scheduler}' is not slurm, pbs or none")
-    launchers = ",".join(str(x) for x in _site_field(site, "launchers"))
-    default_prefix = str(_site_field(site, "default_prefix"))
-    prefix_word = (
-        '"$HOME"/' + shlex.quote(default_prefix[len("$HOME/") :])
-        if default_prefix.startswith("$HOME/")
-        else shlex.quote(default_prefix)
-    )
-    hint = str(site.get("validate_hint", f"bash {VALIDATION_JOB} --tag <tag>"))
+    """The site's validation job, from the site's "validation" data (recipes/lxpu_recipes/sites.py Validation):
+    the scheduler's directives, the site's defaults, and a call of the common validation script written next to
+    it. Under a scheduler the job runs from a spool copy, so it also looks in the submit directory and in the
+    prefix it was written for."""
+    name, marker = _site_field(site, "site"), _site_field(site, "marker")
+    if marker not in ("#SBATCH", "#PBS"):
+        raise TagDataError(f"site data: 'marker' must be #SBATCH or #PBS (got {marker!r})")
+    directives = [] if site.get("directives") == [] else _site_field(site, "directives", list)
+    launchers = ",".join(_site_field(site, "launchers", list))
+    prefix_word = _shell_path(_site_field(site, "default_prefix"))
     spool = '"$(dirname "${BASH_SOURCE[0]}")" "${SLURM_SUBMIT_DIR:-}" "${PBS_O_WORKDIR:-}"'
-    places = f"{spool} {shlex.quote(str(prefix))}"
+    places = f"{spool} {_shell_path(str(prefix))}"
     return "\n".join(
         [
             "#!/usr/bin/env bash",
             f"# lightning-xpu site validation job for {name} (docs/xpu-guide.md#site-validation-job), written by the "
             "install",
-            f"# (lxpu_engine/tagfiles.py) from recipes/sites/{name}.toml; do not edit. The code is "
-            f"{VALIDATION_LIBRARY_NAME} next to it.",
+            f"# (lxpu_engine/tagfiles.py) from recipes/sites/{name}.toml [validation]; do not edit.",
+            f"# The code is {VALIDATION_LIBRARY_NAME} next to it (--help).",
             *(f"{marker} {d}" for d in directives),
-            f"# Submit from this directory: {hint}",
-            "# The account or project is never written here.",
+            f"# Submit from this directory: {_site_field(site, 'hint')}",
+            "# The account or project is never written here. Under the scheduler this file is a spool copy: hence "
+            "the",
+            "# submit directory and the install prefix in the search below.",
             "set -euo pipefail",
             f'defaults=(--site-prefix {prefix_word} --site-launchers "{launchers}")',
             f"for here in {places}; do",
@@ -287,30 +295,55 @@ def validation_job_text(prefix: Path, site: Mapping[str, Any]) -> str:
     )
 
 
+def _validation_wanted(prefix: Path, site: Mapping[str, Any], source: Path | None) -> dict[Path, tuple[str, int]]:
+    return {
+        prefix / VALIDATION_LIBRARY_NAME: ((source or _REPOSITORY_VALIDATION).read_text(), 0o755),
+        prefix / VALIDATION_JOB: (validation_job_text(prefix, site), 0o755),
+    }
+
+
 def write_site_validation_job(prefix: Path, site: Mapping[str, Any], source: Path | None = None) -> Path:
     """Write <prefix>/validate_lightning.sh for `site` and the common script it calls; return the job's path."""
-    prefix = Path(prefix)
-    common = (source or _REPOSITORY_VALIDATION).read_text()
-    _write_atomic(prefix / VALIDATION_LIBRARY_NAME, common, 0o755)
-    job = prefix / VALIDATION_JOB
-    _write_atomic(job, validation_job_text(prefix, site), 0o755)
-    return job
+    for path, (text, mode) in _validation_wanted(Path(prefix), site, source).items():
+        _write_atomic(path, text, mode)
+    return Path(prefix) / VALIDATION_JOB
+
+
+def site_job_current(prefix: Path, site: Mapping[str, Any]) -> bool:
+    """Whether the job and the common script are there as this data and checkout write them."""
+    return _all_current(_validation_wanted(Path(prefix), site, None))
 
 
 def main(argv: list[str]) -> int:
-    """`write PREFIX TAG_DATA_JSON` or `current PREFIX TAG_DATA_JSON` (exit 0 when current, 1 when not): the
-    engine's entry-points step calls these."""
-    if len(argv) != 3 or argv[0] not in ("write", "current"):
-        print("usage: python -m lxpu_engine.tagfiles write|current PREFIX TAG_DATA_JSON", file=sys.stderr)
+    """`write|current PREFIX TAG_DATA_JSON` (the tag's files) or `site-job write|current PREFIX SITE_DATA_JSON`
+    (the site validation job); `current` exits 0 when current, 1 when not: the engine's entry-points step calls
+    these."""
+    site_job = argv[:1] == ["site-job"]
+    words = argv[1:] if site_job else argv
+    if len(words) != 3 or words[0] not in ("write", "current"):
+        print(
+            "usage: python -m lxpu_engine.tagfiles [site-job] write|current PREFIX TAG_DATA_JSON|SITE_DATA_JSON",
+            file=sys.stderr,
+        )
         return 2
+    action, prefix = words[0], Path(words[1])
     try:
-        tag = TagData.from_mapping(json.loads(argv[2]))
+        data = json.loads(words[2])
+        if not isinstance(data, dict):
+            raise TagDataError(f"the data must be a JSON object (got {data!r})")
+        if site_job:
+            validation_job_text(prefix, data)  # bad data: one line, before anything is written
+            if action == "current":
+                return 0 if site_job_current(prefix, data) else 1
+            print(f"+ write {write_site_validation_job(prefix, data)}")
+            return 0
+        tag = TagData.from_mapping(data)
     except (ValueError, TypeError) as error:  # json.JSONDecodeError and TagDataError are ValueErrors
         print(f"lightning-xpu engine: {error}", file=sys.stderr)
         return 2
-    if argv[0] == "current":
-        return 0 if tag_files_current(Path(argv[1]), tag) else 1
-    for path in write_tag_files(Path(argv[1]), tag):
+    if action == "current":
+        return 0 if tag_files_current(prefix, tag) else 1
+    for path in write_tag_files(prefix, tag):
         print(f"+ write {path}")
     return 0
 
