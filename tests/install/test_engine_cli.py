@@ -8,10 +8,10 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import install_harness as h
-import pytest
 from lxpu_engine.steps import INSTALL_STEPS
 
 SHIM = h.REPO / "bin" / "lightning-xpu-admin"
@@ -76,12 +76,9 @@ def test_the_renderer_runs_through_the_command(tmp_path: Path) -> None:
     done = _admin("list", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert f"{h.VERSION}" in json.loads(done.stdout)["versions"]
-    if subprocess.run(["/usr/bin/python3", "-c", "import jinja2"], capture_output=True, check=False).returncode == 0:
-        pytest.skip("the system Python has jinja2: no Python without it to show the one-line refusal")
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    (bare / "python3").symlink_to("/usr/bin/python3")  # the system's, without jinja2
-    done = _admin("list", env=h.job_env(PATH=f"{bare}:/usr/bin:/bin"))
+    bare = tmp_path / "bare"  # a venv of this Python with no packages: no jinja2, whatever the system has
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    done = _admin("list", env=h.job_env(PATH=f"{bare / 'bin'}:/usr/bin:/bin"))
     assert done.returncode == 2
     assert done.stderr.endswith("install the renderer's packages (pip install jinja2 packaging)\n"), done.stderr
 

@@ -47,9 +47,12 @@ def _wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = ()) 
         archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
 
 
-def _uv() -> str | None:
-    """uv on PATH, or the one a session install bootstrapped (LXPU_UV names one)."""
-    return os.environ.get("LXPU_UV") or shutil.which("uv")
+def _uv(install: h.GoodInstall) -> str:
+    """LXPU_UV, uv on PATH, else the pinned uv the session's real install bootstrapped into its prefix's .tools."""
+    found = os.environ.get("LXPU_UV") or shutil.which("uv")
+    found = found or next((str(p) for p in sorted(install.prefix.glob(".tools/uv-*/bin/uv"))), None)
+    assert found, f"no uv: not on PATH, LXPU_UV unset, none in {install.prefix}/.tools"
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -94,16 +97,17 @@ def _listing(root: Path) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize("entry", ["setup script", "module"])
-def test_user_layer_over_a_read_only_environment(entry: str, world: dict[str, Path | str]) -> None:
+def test_user_layer_over_a_read_only_environment(
+    entry: str, world: dict[str, Path | str], good_install: h.GoodInstall
+) -> None:
     prefix, tag, wheels = Path(world["prefix"]), str(world["tag"]), Path(world["wheels"])
     home = Path(world["work"]) / f"home-{entry.replace(' ', '-')}"
     home.mkdir()
     load = h.load_line(entry, prefix, tag)
     find = f"--no-index --find-links {shlex.quote(str(wheels))}"
-    uv = _uv()
+    uv = _uv(good_install)
     uv_lines = (f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-new-torch 2>&1; echo uv-torch $?; "
-                f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-old-lightning 2>&1; echo uv-lightning $?"
-                if uv else "")
+                f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-old-lightning 2>&1; echo uv-lightning $?")
     # The refusals (pip and uv, the environment and the layer) once, through the module; the setup script's
     # entry checks what differs: that it finds the layer (about 2 s per pip run here).
     full = entry == "module"
@@ -151,7 +155,7 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
         said = (home / f"layer-{name}.err").read_text().splitlines()
         assert len(said) == 1 and wanted in said[0] and f"{name}=={pinned[name]}" in said[0], said
     assert status("user-flag") == 2 and "without --user" in out, out
-    if uv:
+    if full:
         assert status("uv-torch") != 0 and status("uv-lightning") != 0, out
 
 
