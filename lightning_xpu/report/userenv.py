@@ -19,19 +19,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from lightning_xpu.report import pipguard
 from lightning_xpu.report.model import environment_tag
-
-# The layer's pip: the environment's pip module on the layer's interpreter (installs go to the layer, sys.prefix),
-# through pipguard.py (one line for --user and for a request the pins refuse).
-_PIP = """#!/bin/sh
-# lightning-xpu user layer: pip of the environment, installing into this layer (lightning-xpu user-env --help).
-exec "$(dirname "$0")/python" "$(dirname "$0")/.lightning-xpu-pip.py" "$@"
-"""
 
 
 def user_base() -> Path:
@@ -67,10 +60,9 @@ def create(layer: Path, root: Path) -> str:
                                  capture_output=True, text=True, check=True).stdout.strip()
     lines = "".join(f"import site; site.addsitedir({site!r})\n" for site in sites)
     (Path(layer_sites) / "_lightning_xpu_environment.pth").write_text(lines)
-    shutil.copyfile(Path(__file__).with_name("pipguard.py"), layer / "bin" / ".lightning-xpu-pip.py")
-    for name in ("pip", "pip3"):
-        (layer / "bin" / name).write_text(_PIP)
-        (layer / "bin" / name).chmod(0o755)
+    # The layer's pip: the environment's pip module on the layer's interpreter (installs go to the layer,
+    # sys.prefix), with one line for --user and for a request the pins refuse. Its uv is the environment's guard.
+    pipguard.install(layer / "bin", ("pip", "pip3"))
     (layer / "lightning-xpu-environment").write_text(f"{root}\n")
     return (f"user layer {layer} over {root}: `pip install X` and `uv pip install X` go there once the module is "
             "loaded again (module load, or source the setup script)")

@@ -15,6 +15,7 @@ copied by the real install job under LXPU_TEST_PREBUILT): about a second per ins
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -369,6 +370,57 @@ def test_prune_keeps_what_is_in_use(pre: Prebuilt, prefix: Path, holder: subproc
     assert f"pruned: removed 2 build(s) ({b} {a})" in result.last_line
     assert not list((prefix / ".leases").glob(f"{h.TAG}.*")), "stale leases survived --prune"
     assert_consistent(prefix)
+
+
+def _lease_of(prefix: Path, pid: int) -> dict[str, str]:
+    (path,) = [p for p in (prefix / ".leases").iterdir() if f"pid={pid}\n" in p.read_text()]
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def test_status_names_what_holds_each_build_and_how_to_release_it(
+    prefix: Path, holder: subprocess.Popen[str]
+) -> None:
+    """`lightning-xpu-admin status`: per build, each live lease with what holds it and how to release it."""
+    b = target(prefix)
+    holders = [holder]
+    if h.lmod_available():  # a module load in a shell of its own (its session leader is the lease's process)
+        holders.append(subprocess.Popen(
+            ["bash", "-c", h.with_module(prefix, "echo ready; exec sleep 301")], stdout=subprocess.PIPE, text=True,
+            env=h.job_env(SLURM_JOB_ID=None, PBS_JOBID=None), start_new_session=True))  # fmt: skip
+        assert holders[-1].stdout is not None and holders[-1].stdout.readline().strip() == "ready"
+    a = recorded_previous(prefix, b)
+    (prefix / ".leases" / f"{a}@elsewhere.slurm-999999").write_text(
+        f"build={a}\nhost=elsewhere\njob=slurm:999999\ncluster=another-cluster\npid=1\nuser=someone\n"
+        f"created={int(time.time())}\nwhat=setup-script\n")
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    (prefix / ".leases" / f"{b}@{os.uname().nodename}.pid-{ended.pid}").write_text(
+        f"build={b}\nhost={os.uname().nodename}\njob=\npid={ended.pid}\nwhat=setup-script\nheld=flock\n")
+    admin = [str(h.REPO / "bin" / "lightning-xpu-admin"), "status", "--prefix", str(prefix)]
+    user = pwd.getpwuid(os.getuid()).pw_name  # who took the leases (USER, else the lease file's owner)
+    try:
+        done = subprocess.run(admin, env=h.job_env(), capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert f"  {b} (published): {len(holders)} live lease{'s' if len(holders) > 1 else ''}" in lines, lines
+        assert f"  {a}: 1 live lease" in lines, lines
+        for proc, what, release in zip(holders, ("setup script", "module load"),
+                                       ("leave that shell (exit)", "`module unload lightning-xpu` in that shell")):
+            lease = _lease_of(prefix, proc.pid)
+            assert lease["held"] == "flock", lease
+            (index,) = [i for i, line in enumerate(lines) if f"pid {proc.pid} (sleep 30" in line]
+            assert lines[index].startswith(f"    - {what}, user {user}, host {lease['host']}, "), lines
+            assert lines[index + 1].startswith(f"      release: {release}"), lines
+        (index,) = [i for i, line in enumerate(lines) if line.startswith("    - ") and "Slurm job 999999" in line]
+        assert "user someone, host elsewhere" in lines[index] and "scancel 999999" in lines[index + 1], lines
+        assert any(line.startswith("(1 stale lease in ") for line in lines), lines
+    finally:
+        for proc in holders:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    done = subprocess.run(admin, env=h.job_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert f"  {b} (published)" not in done.stdout and f"({len(holders) + 1} stale leases in " in done.stdout, (
+        done.stdout)
 
 
 def test_prune_by_age_and_dry_run(pre: Prebuilt, prefix: Path) -> None:

@@ -59,12 +59,16 @@ def _uv(install: h.GoodInstall) -> str:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     work = tmp_path_factory.mktemp("userenv")
     tag = h.TAG
-    prefix = work / "shared prefix"
-    prefix.mkdir()
-    root = h.make_prebuilt_env(prefix / tag, REPO)
-    pins.write_constraints(root, root / "bin" / "python")
-    h.write_tag_files(prefix)
-    h.add_shared_code(prefix)
+    # A shared install (made read-only below) and a user's own, writable one (for installs into the environment
+    # itself: uv takes a lock file in the environment it installs into, even for a dry run).
+    prefix, own = work / "shared prefix", work / "own prefix"
+    for place in (prefix, own):
+        place.mkdir()
+        root = h.make_prebuilt_env(place / tag, REPO)
+        # As the install's hook step does: the pins and the guard in front of the environment's pip and uv.
+        assert pins.main(["write", str(root), "--python", str(root / "bin" / "python")]) == 0
+        h.write_tag_files(place)
+        h.add_shared_code(place)
     wheels = work / "wheels"
     wheels.mkdir()
     _wheel(wheels, "lxpu-demo", "1.0")
@@ -76,7 +80,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     setup = f"lightning-setup-{tag}.sh"
-    return {"prefix": prefix, "root": root, "tag": tag, "setup": setup, "wheels": wheels, "work": work}
+    return {"prefix": prefix, "root": prefix / tag, "own": own, "tag": tag, "setup": setup, "wheels": wheels,
+            "work": work}
 
 
 def test_pins_are_derived_from_the_installed_distributions(world: dict[str, Path | str]) -> None:
@@ -106,30 +111,44 @@ def test_user_layer_over_a_read_only_environment(
     load = h.load_line(entry, prefix, tag)
     find = f"--no-index --find-links {shlex.quote(str(wheels))}"
     uv = _uv(good_install)
-    uv_lines = (f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-new-torch 2>&1; echo uv-torch $?; "
-                f"{shlex.quote(uv)} pip install --offline {find} lxpu-needs-old-lightning 2>&1; echo uv-lightning $?")
-    # The refusals (pip and uv, the environment and the layer) once, through the module; the setup script's
-    # entry checks what differs: that it finds the layer (about 2 s per pip run here).
+
+    def refused(name: str, command: str) -> str:
+        return f"{command} {find} >{name}.out 2>{name}.err; echo {name} $?"
+
+    # The refusals once, through the module (about 2 s per pip run here): in an environment itself (the user's own
+    # install, no layer; its pip and uv, and its pip run by path with no pins exported), then in the layer. The
+    # setup script's entry checks what differs: that it finds the layer.
     full = entry == "module"
-    refusals = f"""
-pip install {find} lxpu-needs-new-torch 2>layer-torch.err; echo layer-torch $?
-pip install {find} lxpu-needs-old-lightning 2>layer-lightning.err; echo layer-lightning $?
-pip install --user {find} lxpu-demo 2>&1; echo user-flag $?
-{uv_lines}
-""" if full else ""
-    env_refusal = f"python -m pip install --dry-run {find} lxpu-needs-new-torch 2>&1; echo env-torch $?" if full else ""
+    in_env = "\n".join([
+        h.load_line(entry, Path(world["own"]), tag),
+        refused("env-pip-torch", "pip install --dry-run torch==100.0"),
+        refused("env-uv-torch", "uv pip install --dry-run --offline torch==100.0"),
+        refused("env-uv-lightning", "uv pip install --dry-run --offline lxpu-needs-old-lightning"),
+        refused("env-bare-pip-torch", 'env -u PIP_CONSTRAINT "$LIGHTNING_XPU_ROOT/bin/pip" install --dry-run'
+                                      " lxpu-needs-new-torch"),
+        f"pip install --dry-run --user {find} lxpu-demo 2>&1; echo env-user-flag $?",
+    ]) if full else ""
+    in_env = f"(\n{in_env}\n)" if full else ""  # a shell of its own, before the shared install is loaded
+    in_layer = "\n".join([
+        refused("layer-pip-torch", "pip install lxpu-needs-new-torch"),
+        refused("layer-pip-lightning", "pip install lxpu-needs-old-lightning"),
+        refused("layer-uv-torch", "uv pip install --offline torch==100.0"),
+        refused("layer-uv-lightning", "uv pip install --offline lxpu-needs-old-lightning"),
+        f"pip install --user {find} lxpu-demo 2>&1; echo user-flag $?",
+    ]) if full else ""
     script = f"""
+{in_env}
 {load}
-{env_refusal}
 python -m lightning_xpu user-env; echo made $?
 {load}
 echo "venv $VIRTUAL_ENV"
 pip install {find} lxpu-demo >/dev/null 2>&1; echo demo $?
 python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", lxpu_demo.VERSION, torch.__version__)'
-{refusals}
+{in_layer}
 """
     before = _listing(Path(world["root"]))
-    env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull,
+    # The user's own uv on PATH (the environment's bin/uv passes commands on to it).
+    env = {"HOME": str(home), "PATH": f"{Path(uv).parent}:/usr/local/bin:/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull,
            "UV_CACHE_DIR": str(home / "uv-cache"), "UV_NO_CONFIG": "1"}
     done = subprocess.run(["bash", "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=300,
                           check=False)
@@ -148,19 +167,24 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
     assert list(layer.glob("lib/python*/site-packages/lxpu_demo/__init__.py")), "lxpu-demo is in the layer"
     if not full:
         return
-    assert status("env-torch") != 0 and "torch==" + torch_pin in out, out
     pinned = pins.read_constraints(Path(world["root"]) / pins.RELATIVE)
-    for name, wanted in (("torch", "torch>99"), ("lightning", "lightning==1.0")):
-        assert status(f"layer-{name}") != 0, out
-        said = (home / f"layer-{name}.err").read_text().splitlines()
-        assert len(said) == 1 and wanted in said[0] and f"{name}=={pinned[name]}" in said[0], said
+    asked = {"torch": ("torch==100.0", "torch>99"), "lightning": ("lightning==1.0",)}
+    for name in ("env-pip-torch", "env-uv-torch", "env-uv-lightning", "env-bare-pip-torch", "layer-pip-torch",
+                 "layer-pip-lightning", "layer-uv-torch", "layer-uv-lightning"):
+        package = name.rsplit("-", 1)[1]
+        said = (home / f"{name}.err").read_text().splitlines()
+        assert status(name) != 0 and not (home / f"{name}.out").read_text(), (name, out)
+        assert len(said) == 1 and f"{package}=={pinned[package]}" in said[0], (name, said)
+        assert any(wanted in said[0] for wanted in asked[package]), (name, said)
     assert status("user-flag") == 2 and "without --user" in out, out
-    if full:
-        assert status("uv-torch") != 0 and status("uv-lightning") != 0, out
+    assert status("env-user-flag") == 2 and "lightning-xpu user-env" in out, out
 
 
 def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
-    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records."""
+    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records, and puts the
+    guard in front of the environment's pip and uv (the refusals themselves: the test above)."""
+    bin_dir = good_install.prefix / h.TAG / "bin"
+    assert all("lightning-xpu guard" in (bin_dir / name).read_text() for name in ("pip", "pip3", "uv"))
     written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)
     installed = {pins.norm(p["name"]): p["version"] for p in good_install.manifest["packages"]}
     assert {"torch", "lightning", "pytorch-lightning"} <= written.keys()

@@ -2,7 +2,8 @@
 
   install (the default)  build, smoke-test and publish one tag; what every install job runs
   prune, rollback, uninstall  the same as install --prune, --rollback, --uninstall
-  status                 the tags published in a prefix and their builds (changes nothing)
+  status                 the tags published in a prefix, their builds, what holds each and how to release it
+                         (changes nothing)
   list, render, check, lock  the renderer (recipes/lxpu_recipes; needs jinja2 and packaging)
 
 install/prune/rollback/uninstall take --site NAME and --version X.Y (the recipe: recipes/rendered/
@@ -100,29 +101,10 @@ def install(action: str, argv: list[str]) -> int:
 
 
 def status(argv: list[str]) -> int:
-    """The tags published in --prefix DIR: each link, the build it points at, and the builds kept."""
-    _own, rest = split_recipe(argv)
-    prefix: str | None = None
-    for index, word in enumerate(rest):
-        if word == "--prefix" and index + 1 < len(rest):
-            prefix = rest[index + 1]
-        elif word.startswith("--prefix="):
-            prefix = word.split("=", 1)[1]
-    if prefix is None:
-        return _error("status needs --prefix DIR (the install prefix)")
-    root = Path(os.path.expanduser(prefix))
-    if not root.is_dir():
-        return _error(f"--prefix {root}: no such directory: nothing is installed there")
-    envs = root / ".envs"
-    kept = sorted(p.name for p in envs.iterdir() if p.is_dir()) if envs.is_dir() else []
-    tags = sorted(p.name for p in root.iterdir() if p.is_symlink() and os.readlink(p).startswith(".envs/"))
-    if not tags:
-        print(f"{root}: no tag published")
-    for tag in tags:
-        target = os.readlink(root / tag)
-        builds = [name for name in kept if name.startswith(f"{tag}.")]
-        print(f"{tag} -> {target} ({len(builds)} build{'s' if len(builds) != 1 else ''} kept)")
-    return 0
+    """The tags published in --prefix DIR, their builds and what holds them (lxpu_engine/status.py)."""
+    from lxpu_engine.status import main as status_main
+
+    return status_main(split_recipe(argv)[1])
 
 
 def renderer(command: str, argv: list[str]) -> int:

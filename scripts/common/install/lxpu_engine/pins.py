@@ -12,6 +12,9 @@ Which distributions are pinned is read from the environment itself (its installe
     an XPU build, triton, the CUDA libraries of a CUDA build; torchvision's torch==).
 Each at the version installed. Looser requirements (filelock, fsspec, ...) stay free for users to upgrade.
 
+The same command puts the guard (lightning_xpu/report/pipguard.py, of the environment's own lightning_xpu) in
+front of the environment's pip and of uv: a request the pins refuse is answered in one line, as in a user layer.
+
 Run on the environment's own interpreter by the install (engine.sh) or imported:
     python -m lxpu_engine.pins write ENV
 Standard library only.
@@ -20,6 +23,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -95,6 +99,32 @@ def write_constraints(env: Path, python: Path) -> Path:
     return target
 
 
+# Printed by the environment's interpreter: where its lightning_xpu lives, whether it has pip, its X.Y.
+_GUARD_FACTS = r"""
+import importlib.util as u, json, sys
+spec = u.find_spec("lightning_xpu")
+json.dump([spec.origin if spec else None, u.find_spec("pip") is not None, "%d.%d" % sys.version_info[:2]], sys.stdout)
+"""
+
+
+def install_guards(env: Path, python: Path) -> list[Path]:
+    """Write the guard's launchers into <env>/bin: pip, pip3, pipX.Y (where the environment has pip) and uv."""
+    done = subprocess.run([str(python), "-s", "-c", _GUARD_FACTS], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} could not look for lightning_xpu: {done.stderr.strip()[-300:]}")
+    origin, has_pip, version = json.loads(done.stdout)
+    if origin is None:
+        raise RuntimeError(f"{python} has no lightning_xpu: install it before the pins")
+    # Loaded from its file: lightning_xpu's package __init__ is not needed to write two launchers.
+    spec = importlib.util.spec_from_file_location("lxpu_pipguard", Path(origin).parent / "report" / "pipguard.py")
+    assert spec and spec.loader
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    pips = ("pip", "pip3", f"pip{version}") if has_pip else ()
+    written: list[Path] = guard.install(env / "bin", (*pips, "uv"))
+    return written
+
+
 def read_constraints(path: Path) -> dict[str, str]:
     """The pins of a constraints file this module wrote, by normalised name."""
     pins = {}
@@ -109,17 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lxpu_engine.pins", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt")
+    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt and the guard in ENV/bin")
     write.add_argument("env", type=Path)
     write.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="the environment's interpreter (default: this one)")
     args = parser.parse_args(argv)
     try:
         path = write_constraints(args.env, args.python)
+        guards = install_guards(args.env, args.python)
     except (OSError, RuntimeError) as exc:
         print(f"lxpu_engine.pins: error: {exc}", file=sys.stderr)
         return 1
-    print(f"+ wrote {path} ({len(read_constraints(path))} pins)")
+    print(f"+ wrote {path} ({len(read_constraints(path))} pins) and the guard of {' '.join(p.name for p in guards)}")
     return 0
 
 
