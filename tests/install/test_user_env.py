@@ -160,7 +160,7 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
 
 
 def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
-    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records."""
+    """The install writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records."""
     written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)
     installed = {pins.norm(p["name"]): p["version"] for p in good_install.manifest["packages"]}
     assert {"torch", "lightning", "pytorch-lightning"} <= written.keys()

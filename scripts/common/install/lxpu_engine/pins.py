@@ -12,7 +12,7 @@ Which distributions are pinned is read from the environment itself (its installe
     an XPU build, triton, the CUDA libraries of a CUDA build; torchvision's torch==).
 Each at the version installed. Looser requirements (filelock, fsspec, ...) stay free for users to upgrade.
 
-Run on the environment's own interpreter by the install (engine.sh) or imported:
+Run on the environment's own interpreter by the install (lxpu_engine/build.py) or imported:
     python -m lxpu_engine.pins write ENV
 Standard library only.
 """
