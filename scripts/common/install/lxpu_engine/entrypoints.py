@@ -23,7 +23,7 @@ from lxpu_engine.tagfiles import (
 )
 
 
-def _paths(state: State) -> tuple[str, str]:
+def tag_entry_points(state: State) -> tuple[str, str]:
     """The tag's setup script and modulefile in the prefix."""
     return (f"{state.prefix}/{os.path.basename(state['setup_file'])}",
             f"{state.prefix}/modulefiles/{state['module']}.lua")  # fmt: skip
@@ -68,7 +68,7 @@ def _walk(top: str) -> list[str]:
 
 
 def write_entry_points(state: State) -> None:
-    setup, modulefile = _paths(state)
+    setup, modulefile = tag_entry_points(state)
     for target, source in _shared_code(state).items():
         say(f"+ write {quote(target)}")
         if not state.dry:
@@ -94,7 +94,7 @@ def write_entry_points(state: State) -> None:
 
 
 def entry_points_current(state: State) -> bool:
-    setup, modulefile = _paths(state)
+    setup, modulefile = tag_entry_points(state)
     if not (os.path.isfile(setup) and os.path.isfile(modulefile)):
         return False
     if not (tag_files_current(Path(state.prefix), TagData.from_mapping(state.variant_data))
