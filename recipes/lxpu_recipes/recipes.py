@@ -13,7 +13,7 @@ from .sites import Site, load_sites
 
 # The install engine every job calls through the shim, the module that states the data contract between the jobs,
 # the rendered data file and the engine, and that data file (every site x version, written by `render`).
-ENGINE = "scripts/common/install/engine.sh"
+ENGINE = "scripts/common/install/lxpu_engine/driver.py"
 SHIM = "bin/lightning-xpu-admin"
 ENGINE_DATA = "scripts/common/install/lxpu_engine/jobdata.py"
 INSTALL_DATA = "recipes/rendered/install-data.json"

@@ -442,7 +442,7 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
 
 
 def make_prebuilt_env(dest: Path, source: Path) -> Path:
-    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (engine.sh).
+    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (lxpu_engine/publish.py).
 
     A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
     visible, as --base-python does), lightning_xpu from the repository copy through a .pth file, the autoload
@@ -484,15 +484,13 @@ def make_prebuilt_env(dest: Path, source: Path) -> Path:
 
 
 def rewrite_site_job(prefix: Path, source: Path) -> None:
-    """Write <prefix>/validate_lightning.sh as an install at this place would (the engine's tagfiles command, fed
-    SITE's validation data from the source's rendered recipe data): the job names the prefix it was written for,
-    so a copied prefix needs its own (else the next no-op run of the copy restores it)."""
+    """Write <prefix>/validate_lightning.sh as an install at this place would (lxpu_engine/tagfiles.py, fed SITE's
+    validation data from the source's rendered recipe data): the job names the prefix it was written for, so a
+    copied prefix needs its own (else the next no-op run of the copy restores it)."""
+    from lxpu_engine.tagfiles import write_site_validation_job
+
     jobs = json.loads((source / "recipes" / "rendered" / "install-data.json").read_text())["jobs"]
-    subprocess.run(
-        [sys.executable, "-B", "-m", "lxpu_engine.tagfiles", "site-job", "write", str(prefix),
-         json.dumps(jobs[f"{SITE}/{VERSION}"]["validation"])],
-        cwd=source / "scripts" / "common" / "install", check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    write_site_validation_job(prefix, jobs[f"{SITE}/{VERSION}"]["validation"])
 
 
 def prebuilt_args(source: Path) -> list[str]:

@@ -181,7 +181,7 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
 
 
 def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
-    """engine.sh writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records, and puts the
+    """The install writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records, and puts the
     guard in front of the environment's pip and uv (the refusals themselves: the test above)."""
     bin_dir = good_install.prefix / h.TAG / "bin"
     assert all("lightning-xpu guard" in (bin_dir / name).read_text() for name in ("pip", "pip3", "uv"))

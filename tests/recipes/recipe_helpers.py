@@ -24,7 +24,7 @@ from lxpu_recipes.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NA
 from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
 from lxpu_recipes.recipes import ENGINE, ENGINE_DATA, INSTALL_DATA, SHIM, Recipes, load_recipes  # noqa: E402
 
-ENGINE_DIR = str(Path(ENGINE).parent)
+ENGINE_DIR = str(Path(ENGINE).parent.parent)  # the directory that holds the lxpu_engine package
 
 __all__ = [
     "ENGINE",

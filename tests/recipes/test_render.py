@@ -3,7 +3,6 @@ contract with the engine, committed renders match, drift is caught, a new versio
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import socket
@@ -29,10 +28,10 @@ from recipe_helpers import (
     PLAIN_SITE,
     RECIPES,
     REPO,
+    SETUP_LIBRARY,
     SHIM,
     Rendered,
     Renderer,
-    bash,
     cases,
     edit,
     job_data,
@@ -102,19 +101,8 @@ def test_every_rendered_shell_script_passes_shellcheck(rendered: Rendered) -> No
         assert batch.returncode == 0, output[-4000:]
 
 
-def _shell_data(data: dict[str, object]) -> str:
-    """The data as the engine hands it to its bash half (lxpu_engine/jobdata.py)."""
-    sys.path.insert(0, str(REPO / ENGINE_DIR))
-    try:
-        from lxpu_engine.jobdata import shell_assignments
-    finally:
-        sys.path.remove(str(REPO / ENGINE_DIR))
-    return shell_assignments(data)
-
-
 def test_install_job_layout(rendered: Rendered, recipes: Recipes) -> None:
     """Headers, the site's modules and one call into the engine (found in the repository, never copied)."""
-    engine_lines = set((REPO / ENGINE).read_text().splitlines()) - {""}
     contract = recipes.engine_contract()
     for minor in recipes.matrix.versions:
         for site in recipes.sites.values():
@@ -135,8 +123,6 @@ def test_install_job_layout(rendered: Rendered, recipes: Recipes) -> None:
             assert len(calls) == 1 and calls[0].endswith(
                 f" install --contract {contract} --version {minor} --site {site.name} \"$@\""
             ), calls
-            shared = [line for line in lines if line.startswith("\t") and line in engine_lines]
-            assert not shared, f"engine lines in the job: {shared[:3]}"
 
 
 def test_job_directives_are_the_sites(rendered: Rendered, recipes: Recipes) -> None:
@@ -154,88 +140,40 @@ def test_job_directives_are_the_sites(rendered: Rendered, recipes: Recipes) -> N
                 assert [d for d in got if not d.startswith(named)] == wanted, (site.name, minor, got)
 
 
-CONTRACT_NAMES = {
-    "LXPU_VERSION",
-    "LXPU_LIGHTNING_VERSION",
-    "LXPU_RECIPE_HASH",
-    "LXPU_VARIANTS",
-    "LXPU_CONDA_CHANNELS",
-    "LXPU_SITE",
-    "LXPU_SITE_SCHEDULER",
-    "LXPU_SITE_VARIANT",
-    "LXPU_DEFAULT_PREFIX",
-    "LXPU_SITE_ENV_MANAGER",
-    "LXPU_SITE_MODULES",
-    "LXPU_SITE_MODULES_LEFT_OUT",
-    "LXPU_SITE_PYTHON_MODULE",
-    "LXPU_BUILD_TOOLS",
-    "LXPU_SITE_ENV",
-    "LXPU_SITE_JOB_DATA",
-    "LXPU_MODULE_BODY",
-    "LXPU_SETUP_LIB",
-    "LXPU_SETUP_LIB_NAME",
-}
-PER_VARIANT = ("TAG", "PYTHON", "REQUIREMENTS", "PIP_SOURCES", "LOCK", "SETUP", "MODULE", "TAG_DATA")
-
-
 def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: Recipes) -> None:
-    """The rendered data, as the engine hands it to its bash half: exactly the contract's names and nothing else,
-    and the engine's accessors read them back."""
+    """The rendered data, as the engine loads it (lxpu_engine/jobdata.py): exactly the contract's names, with the
+    recipe's values."""
+    sys.path.insert(0, str(REPO / ENGINE_DIR))
+    try:
+        from lxpu_engine import jobdata
+    finally:
+        sys.path.remove(str(REPO / ENGINE_DIR))
     minor, lv = locked(recipes)  # the lock's variant `lv` reads a lock path back; xpu reads its sources
     site = recipes.sites[plain_site(recipes)]
     version = recipes.matrix.version(minor)
-    script = (
-        "before=$(compgen -v | sort)\n"
-        + _shell_data(rendered.job_data(site.name, minor))
-        + 'comm -13 <(echo "$before") <(compgen -v | sort | grep -v "^before$")\n'
-        "echo ---; compgen -A function | sort\n"
-        'echo ---; echo "$LXPU_VERSION|$LXPU_SITE|$LXPU_SITE_SCHEDULER|$LXPU_VARIANTS|$LXPU_SITE_VARIANT|'
-        '$LXPU_DEFAULT_PREFIX|$LXPU_SITE_ENV_MANAGER|$LXPU_SITE_MODULES|$LXPU_LIGHTNING_VERSION"\n'
-        f'source "{REPO / ENGINE}"\n'
-        f"echo ---; lxpu_tag {lv}; lxpu_python_version {lv}\n"
-        f"echo ---; lxpu_requirements {lv}\n"
-        "echo ---; lxpu_pip_sources xpu\n"
-        f"echo ---; lxpu_lock_file {lv}; echo ---; lxpu_lock_file xpu\n"
-        "echo ---; lxpu_site_env\n"
-        f"echo ---; lxpu_setup_file {lv}; lxpu_module {lv}\n"
-        "echo ---; [ ${#LXPU_RECIPE_HASH} -eq 64 ] && echo hash-ok\n"
-        f"echo ---; lxpu_tag_data {lv}\n"
+    data = rendered.job_data(site.name, minor)
+    assert set(data) == jobdata.JOB_KEYS
+    assert bool(data["legacy"]) == bool(recipes.matrix.legacy_line(version))
+    assert set(data["variants"]) == set(version.variants)
+    for variant in data["variants"].values():
+        assert jobdata.VARIANT_KEYS <= set(variant)
+    assert (data["version"], data["site"], data["scheduler"], data["default_variant"], data["default_prefix"]) == (
+        minor, site.name, site.scheduler, site.default_variant, site.default_prefix
     )
-    done = bash(script, {"PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    parts = done.stdout.split("---\n")
-    legacy = {"LXPU_LEGACY"} if recipes.matrix.legacy_line(version) else set()
-    expected = CONTRACT_NAMES | legacy | {f"LXPU_{key}_{v}" for key in PER_VARIANT for v in version.variants}
-    assert set(parts[0].split()) - {"PIPESTATUS", "_"} == expected  # PIPESTATUS, _: bash's own
-    assert parts[1] == ""  # data only
-    assert parts[2] == (
-        f"{minor}|{site.name}|{site.scheduler}|{' '.join(version.variants)}|{site.default_variant}|"
-        f"{site.default_prefix}|{site.env_manager}||{version.lightning}\n"
-    )
-    assert parts[3] == f"{version.tag(lv)}\n{version.python}\n"
-    assert parts[4] == "".join(f"{r}\n" for r in version.variants[lv].requirements())
+    assert (data["env_manager"], data["modules"], data["lightning"]) == (site.env_manager, [], version.lightning)
+    variant = data["variants"][lv]
+    assert (variant["tag"], variant["python"]) == (version.tag(lv), version.python)
+    assert variant["requirements"] == list(version.variants[lv].requirements())
     words = [w for option in Renderer(recipes).pip_options(version, "xpu", site) for w in option.split()]
-    assert parts[5] == "".join(f"{w}\n" for w in words)
-    assert parts[6] == f"recipes/locks/{minor}-{lv}.txt\n"
+    assert data["variants"]["xpu"]["pip_sources"] == words
+    assert variant["lock"] == f"recipes/locks/{minor}-{lv}.txt"
     xpu_lock = recipes.lock_path(minor, "xpu")
-    assert parts[7] == (f"{recipes.shown(xpu_lock)}\n" if xpu_lock.is_file() else "")
-    assert parts[8] == ""  # the plain site sets no site variables
+    assert data["variants"]["xpu"]["lock"] == (recipes.shown(xpu_lock) if xpu_lock.is_file() else "")
+    assert data["site_env"] == []  # the plain site sets no site variables
     names = version.names(lv)
-    assert parts[9] == f"{names.setup}\n{names.module}\n"
-    assert parts[10] == "hash-ok\n"
-    assert TagData.from_mapping(json.loads(parts[11])) == TagData.from_mapping(
-        Renderer(recipes).tag_data(version, lv)
-    )  # what the install writes from
-
-
-def test_engine_data_accessors_reject_unknown_variants(rendered: Rendered, recipes: Recipes) -> None:
-    version = next(iter(recipes.matrix.versions.values()))
-    data = _shell_data(rendered.job_data(MODULE_SITE, version.minor))
-    for call in ("lxpu_requirements rocm", "lxpu_tag 'x; y'", "lxpu_python_version ''"):
-        done = bash(data + f'source "{REPO / ENGINE}"\n' + call + "\n")
-        assert done.returncode == 1, call
-        assert done.stderr.startswith("lightning-xpu engine: the job sets no LXPU_"), done.stderr
-        assert done.stderr.strip().endswith(f"; the job has: {' '.join(version.variants)})")
+    assert (variant["setup"], variant["module"]) == (names.setup, names.module)
+    assert re.fullmatch(r"[0-9a-f]{64}", data["recipe_hash"])
+    assert TagData.from_mapping(variant) == TagData.from_mapping(Renderer(recipes).tag_data(version, lv))
 
 
 def test_site_env_lines_only(rendered: Rendered, recipes: Recipes) -> None:
@@ -336,13 +274,14 @@ def test_job_runs_the_engine_and_refuses_another_contract(temp_repo: Path) -> No
     stops with one line."""
     contract = re.search(r"^CONTRACT = (\d+)$", (temp_repo / ENGINE_DATA).read_text(), re.MULTILINE)
     assert contract
-    (temp_repo / ENGINE).write_text(  # a stand-in bash half, shellcheck clean (render refuses what check refuses)
-        "#!/usr/bin/env bash\n# shellcheck disable=SC2034,SC2154  # set by the engine\n"
-        'lxpu_main() { local a=(x y); echo "${#a[@]} $LXPU_VERSION $LXPU_TAG_cpu from $LXPU_SOURCE: $*"; }\n'
+    (temp_repo / ENGINE).write_text(  # a stand-in driver: what the job hands it
+        "def main(data, source, argv):\n"
+        '    print(data["version"], data["variants"]["cpu"]["tag"], "from", source + ":", *argv)\n'
+        "    return 0\n"
     )
     job = temp_repo / f"scripts/{PLAIN_SITE}/install_lightning_{MINOR}.sh"
     ran = subprocess.run(["bash", str(job), "--dry-run"], capture_output=True, text=True, check=False)
-    assert ran.stdout == f"2 {MINOR} {MINOR}-cpu from {temp_repo.resolve()}: --dry-run\n", ran.stderr
+    assert ran.stdout == f"{MINOR} {MINOR}-cpu from {temp_repo.resolve()}: --dry-run\n", ran.stderr
     edit(temp_repo / ENGINE_DATA, f"CONTRACT = {contract[1]}", "CONTRACT = 999")
     ran = subprocess.run(["bash", str(job)], capture_output=True, text=True, check=False)
     assert ran.returncode == 2 and ran.stdout == ""
@@ -403,14 +342,14 @@ def test_site_overrides_package_sources(temp_repo: Path) -> None:
 
 
 def test_check_refuses_broken_shell_and_empty_artifacts(temp_repo: Path) -> None:
-    engine = temp_repo / ENGINE
-    engine.write_text(engine.read_text() + "\nlxpu_oops() {\n")
+    library = temp_repo / SETUP_LIBRARY
+    library.write_text(library.read_text() + "\nlxpu_oops() {\n")
     (temp_repo / "recipes/templates/requirements.txt.j2").write_text("{# nothing #}\n")
     edit(temp_repo / "recipes/templates/install_lightning.sh.j2", "set -euo pipefail\n", "set -euo pipefail\nif\n")
     done = run_render("check", repo=temp_repo)
     assert done.returncode == 1
     broken = [line for line in done.stdout.splitlines() if line.startswith("broken: ")]
-    assert f"broken: {ENGINE}: bash -n: {ENGINE}: line " in "\n".join(broken)
+    assert f"broken: {SETUP_LIBRARY}: bash -n: {SETUP_LIBRARY}: line " in "\n".join(broken)
     assert any(re.fullmatch(r"broken: envs/[^/]+/[^/]+/requirements\.txt: empty", line) for line in broken)
     assert any(re.match(r"broken: scripts/[^/]+/install_lightning_[0-9.]+\.sh: bash -n: ", line) for line in broken)
     assert "problem(s): fix the template (recipes/templates/) or the hand-written file named" in done.stderr
@@ -434,9 +373,9 @@ def test_check_and_render_refuse_broken_hand_written_code(temp_repo: Path) -> No
     """Every hand-written shell file (found, not listed: the staging command has no .sh) gets bash -n and
     shellcheck; the modulefile body gets luac -p. Each finding is one line, from check and from render."""
     shells = _hand_written(temp_repo)
-    assert ENGINE in shells and any(not Path(name).suffix for name in shells), shells
+    assert SETUP_LIBRARY in shells and any(not Path(name).suffix for name in shells), shells
     syntax = next(n for n in shells if not Path(n).suffix)  # found by its #! line
-    lint = next(n for n in shells if n.endswith(".sh") and n != ENGINE)
+    lint = next(n for n in shells if n.endswith(".sh") and n != SETUP_LIBRARY)
     with (temp_repo / syntax).open("a") as handle:
         handle.write("\nif then\n")
     with (temp_repo / lint).open("a") as handle:

@@ -5,10 +5,8 @@ command writes it, sees it current and restores it."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ from lxpu_recipes.artifacts import Renderer
 from lxpu_recipes.errors import RecipeError
 from lxpu_recipes.recipes import Recipes
 from lxpu_recipes.sites import load_site
-from recipe_helpers import ENGINE_DIR, REPO
 
 MARKERS = {"slurm": "#SBATCH", "pbs": "#PBS"}
 
@@ -100,24 +97,17 @@ def test_bad_validation_data_is_one_line(
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
-def _tagfiles(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-B", "-m", "lxpu_engine.tagfiles", *args], capture_output=True,
-                          text=True, cwd=REPO / ENGINE_DIR)
-
-
-def test_the_engines_site_job_command_writes_checks_and_restores(recipes: Recipes, tmp_path: Path) -> None:
+def test_the_site_job_is_written_checked_and_restored(recipes: Recipes, tmp_path: Path) -> None:
     site = next(iter(recipes.sites.values()))
-    data = json.dumps(Renderer.site_job_data(site))
+    data = Renderer.site_job_data(site)
     prefix = tmp_path / "pre fix"
-    assert _tagfiles("site-job", "current", str(prefix), data).returncode == 1
-    written = _tagfiles("site-job", "write", str(prefix), data)
-    assert written.returncode == 0 and written.stdout == f"+ write {prefix / 'validate_lightning.sh'}\n"
-    assert _tagfiles("site-job", "current", str(prefix), data).returncode == 0
+    assert site_job_current(prefix, data) is False
+    assert write_site_validation_job(prefix, data) == prefix / "validate_lightning.sh"
+    assert site_job_current(prefix, data) is True
     (prefix / ".validate_lightning.common.sh").unlink()  # a no-op rerun restores what is missing
-    assert _tagfiles("site-job", "current", str(prefix), data).returncode == 1
-    assert site_job_current(prefix, Renderer.site_job_data(site)) is False
-    bad = _tagfiles("site-job", "write", str(tmp_path / "other"), json.dumps({"site": site.name}))
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "site data: 'marker'" in bad.stderr
+    assert site_job_current(prefix, data) is False
+    with pytest.raises(TagDataError, match=r"^site data: 'marker'"):
+        write_site_validation_job(tmp_path / "other", {"site": site.name})
     assert not (tmp_path / "other").exists()
     with pytest.raises(TagDataError, match=r"^site data: 'marker' must be #SBATCH or #PBS"):
         validation_job_text(prefix, {**Renderer.site_job_data(site), "marker": "#BSUB"})

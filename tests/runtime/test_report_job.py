@@ -63,15 +63,16 @@ def test_collectives_worker_for_real_under_mpiexec(tmp_path: Path, mpiexec_on_pa
 
 
 def write_site_job(site: str, prefix: Path) -> Path:
-    """<prefix>/validate_lightning.sh as the install writes it: the engine's tagfiles command, fed the site's
-    validation data from the rendered recipe data (recipes/sites/<site>.toml [validation])."""
+    """<prefix>/validate_lightning.sh as the install writes it (lxpu_engine/tagfiles.py), fed the site's validation
+    data from the rendered recipe data (recipes/sites/<site>.toml [validation])."""
+    sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
+    try:
+        from lxpu_engine.tagfiles import write_site_validation_job
+    finally:
+        sys.path.pop(0)
     jobs = json.loads((REPO / "recipes" / "rendered" / "install-data.json").read_text())["jobs"]
     data = next(job["validation"] for key, job in jobs.items() if key.startswith(f"{site}/"))
-    written = subprocess.run([sys.executable, "-B", "-m", "lxpu_engine.tagfiles", "site-job", "write", str(prefix),
-                              json.dumps(data)], cwd=REPO / "scripts" / "common" / "install", capture_output=True,
-                             text=True, timeout=60)
-    assert written.returncode == 0, written.stderr
-    return prefix / "validate_lightning.sh"
+    return write_site_validation_job(prefix, data)
 
 
 def run_site_job(site: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@
     python uv_sources.py from-pip-options ARG...  # the recipe's / the caller's pip source options
     python uv_sources.py check-constraints LOCK CONSTRAINT...
 
-The first two print one line per setting, tab-separated, for the install engine (installer.sh) to read:
+The first two print one line per setting, tab-separated, for the install engine (lxpu_engine/installer.py) to read:
     arg<TAB>--find-links<TAB>/opt/wheels      a uv option and its value (or just the option)
     env<TAB>SSL_CERT_FILE<TAB>/etc/ssl/...    an environment variable uv reads instead of an option
     constraint<TAB>/etc/xdg/pip/c.txt         a constraint file (the engine decides how to honour it)

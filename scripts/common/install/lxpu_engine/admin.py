@@ -12,6 +12,7 @@ import time
 
 from lxpu_engine.builds import builds, complete, recorded_previous, size_of
 from lxpu_engine.cleanup import install_leases, remove_build, unpublished
+from lxpu_engine.entrypoints import tag_entry_points
 from lxpu_engine.leases import live_leases, remove_stale_leases
 from lxpu_engine.links import check_previous, real_directory, set_link
 from lxpu_engine.state import State, bad_input, fail, run, say
@@ -45,11 +46,7 @@ def validate_action(state: State) -> None:
 def _anything_installed(state: State) -> bool:
     """Whether the tag has anything in the prefix that --uninstall would remove."""
     prefix, tag = state.prefix, state.tag
-    paths = [
-        f"{prefix}/{tag}",
-        f"{prefix}/{os.path.basename(state['setup_file'])}",
-        f"{prefix}/modulefiles/{state['module']}.lua",
-    ]
+    paths = [f"{prefix}/{tag}", *tag_entry_points(state)]
     if any(os.path.lexists(path) for path in paths):
         return True
     envs = f"{prefix}/.envs"
@@ -112,8 +109,7 @@ def prune(state: State) -> str:
 def uninstall(state: State) -> str:
     marker = f"{state.envs}/{state.tag}.uninstalled"
     # New loads stop first; jobs that loaded a build keep it through their lease.
-    setup = f"{state.prefix}/{os.path.basename(state['setup_file'])}"
-    modulefile = f"{state.prefix}/modulefiles/{state['module']}.lua"
+    setup, modulefile = tag_entry_points(state)
     links = [f"{state.prefix}/{state.tag}", f"{state.envs}/{state.tag}.previous"]
     run(state, "rm", "-f", setup, modulefile, *[link for link in links if not real_directory(link)])
     state.set("current", "")

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import difflib
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Callable
 
-from lxpu_engine.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDataError, load, shell_assignments
-from lxpu_engine.steps import shell_steps
+from lxpu_engine.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDataError, load
 
 PROG = "lightning-xpu-admin"
-# The bash half of the install driver, sourced with the recipe's data.
-ENGINE_SH = "scripts/common/install/engine.sh"
 ACTIONS = {"install": None, "prune": "--prune", "rollback": "--rollback", "uninstall": "--uninstall"}
 RENDERER = ("list", "render", "check", "lock")
 COMMANDS = (*ACTIONS, "status", *RENDERER)
@@ -56,8 +52,8 @@ def split_recipe(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def _restore_caller_environment() -> None:
-    """The shim set PYTHONPATH to find this package: the build gets the caller's (engine.sh reports and drops
-    it, as it always did)."""
+    """The shim set PYTHONPATH to find this package: the build gets the caller's (the driver reports and drops it
+    for the build, as it always did)."""
     saved = os.environ.pop("_LXPU_CALLER_PYTHONPATH", "")
     if saved.startswith("set:"):
         os.environ["PYTHONPATH"] = saved[4:]
@@ -66,7 +62,7 @@ def _restore_caller_environment() -> None:
 
 
 def install(action: str, argv: list[str]) -> int:
-    """Run the install driver for one recipe: its data as the LXPU_* variables, then engine.sh's lxpu_main."""
+    """Run the install driver (lxpu_engine/driver.py) for one recipe."""
     own, rest = split_recipe(argv)
     source = _source()
     if not own.get("site") or not own.get("version"):
@@ -87,17 +83,10 @@ def install(action: str, argv: list[str]) -> int:
     except JobDataError as exc:
         return _error(str(exc), script)
     flag = ACTIONS[action]
-    program = (
-        shell_assignments(data)
-        + shell_steps()
-        + f"source {shlex.quote(str(source / ENGINE_SH))}\n"
-        + 'lxpu_main "$@"\n'
-    )
     _restore_caller_environment()
-    os.environ["LXPU_SOURCE"] = str(source)
-    args = [flag] if flag else []
-    os.execvp("bash", ["bash", "-c", program, data["script"], *args, *rest])
-    return 1  # not reached
+    from lxpu_engine.driver import main as drive  # the install's modules, loaded only for an install
+
+    return drive(data, str(source), [flag, *rest] if flag else rest)
 
 
 def status(argv: list[str]) -> int:

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import difflib
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
 CONTRACT = 5
+# The names of a job's data and of each of its variants: the contract's shape (legacy: empty unless legacy).
+JOB_KEYS = frozenset({
+    "script", "version", "lightning", "legacy", "recipe_hash", "conda_channels", "site", "scheduler", "default_variant",
+    "default_prefix", "env_manager", "modules", "modules_left_out", "python_module", "build_tools", "site_env",
+    "variants", "validation", "module_body", "setup_library", "setup_library_name",
+})  # fmt: skip
+VARIANT_KEYS = frozenset({"name", "tag", "python", "requirements", "pip_sources", "lock", "setup", "module"})
 DATA_FILE = "recipes/rendered/install-data.json"
 RENDER_AGAIN = "python recipes/render.py render --all"
 
@@ -49,56 +55,16 @@ def load(source: Path, site: str, version: str) -> dict[str, Any]:
             f"site {site} has no PyTorch {version}{_close(version, versions)} (versions: {', '.join(versions)}): "
             "check --version"
         )
-    return jobs[key]
+    job = jobs[key]
+    missing = sorted(JOB_KEYS - set(job)) + sorted(
+        {f"{name}.{k}" for name, variant in job["variants"].items() for k in VARIANT_KEYS - set(variant)}
+    )
+    if missing:
+        raise JobDataError(f"{path}: {key} lacks {', '.join(missing)}: {RENDER_AGAIN}")
+    return job
 
 
 def _close(word: str, known: list[str]) -> str:
     """", did you mean 'x'" for a near miss (a typo), else nothing."""
     match = difflib.get_close_matches(word, known, n=1)
     return f": did you mean '{match[0]}'?" if match else ""
-
-
-def _array(values: list[str]) -> str:
-    return "(" + " ".join(shlex.quote(value) for value in values) + ")"
-
-
-def shell_assignments(data: dict[str, Any]) -> str:
-    """The data as the LXPU_* shell variables the bash half of the engine (engine.sh) reads."""
-    scalars = {
-        "LXPU_VERSION": data["version"],
-        "LXPU_LIGHTNING_VERSION": data["lightning"],
-        "LXPU_RECIPE_HASH": data["recipe_hash"],
-        "LXPU_VARIANTS": " ".join(data["variants"]),
-        "LXPU_CONDA_CHANNELS": " ".join(data["conda_channels"]),
-        "LXPU_SITE": data["site"],
-        "LXPU_SITE_SCHEDULER": data["scheduler"],
-        "LXPU_SITE_VARIANT": data["default_variant"],
-        "LXPU_DEFAULT_PREFIX": data["default_prefix"],
-        "LXPU_SITE_ENV_MANAGER": data["env_manager"],
-        "LXPU_SITE_MODULES": " ".join(data["modules"]),
-        "LXPU_SITE_MODULES_LEFT_OUT": "; ".join(data["modules_left_out"]),
-        "LXPU_SITE_PYTHON_MODULE": data["python_module"],
-        "LXPU_MODULE_BODY": data["module_body"],
-        "LXPU_SETUP_LIB": data["setup_library"],
-        "LXPU_SETUP_LIB_NAME": data["setup_library_name"],
-    }
-    if data.get("legacy"):
-        scalars["LXPU_LEGACY"] = data["legacy"]
-    lines = [f"{name}={shlex.quote(str(value))}" for name, value in scalars.items()]
-    lines.append(f"LXPU_BUILD_TOOLS={_array(data['build_tools'])}")
-    lines.append(f"LXPU_SITE_ENV={_array(data['site_env'])}")
-    # the site's validation job data, from which tagfiles.py writes <prefix>/validate_lightning.sh
-    lines.append(f"LXPU_SITE_JOB_DATA={shlex.quote(json.dumps(data['validation'], sort_keys=True))}")
-    for name, variant in data["variants"].items():
-        lines += [
-            f"LXPU_TAG_{name}={shlex.quote(variant['tag'])}",
-            f"LXPU_PYTHON_{name}={shlex.quote(variant['python'])}",
-            f"LXPU_REQUIREMENTS_{name}={_array(variant['requirements'])}",
-            f"LXPU_PIP_SOURCES_{name}={_array(variant['pip_sources'])}",
-            f"LXPU_LOCK_{name}={shlex.quote(variant['lock'])}",
-            f"LXPU_SETUP_{name}={shlex.quote(variant['setup'])}",
-            f"LXPU_MODULE_{name}={shlex.quote(variant['module'])}",
-            # the variant's whole mapping, from which tagfiles.py writes the tag's modulefile and setup script
-            f"LXPU_TAG_DATA_{name}={shlex.quote(json.dumps(variant, sort_keys=True))}",
-        ]
-    return "\n".join(lines) + "\n"

@@ -189,7 +189,7 @@ def make_leases_dir(state: State) -> None:
 def take_install_lease(state: State) -> None:
     """The install job's own lease on the build it is making, so that nothing (not even a second install whose
     lock file was deleted) removes a build in flight. The driver made the file (state `lease_file`) and holds its
-    shared flock for the whole run (engine.sh _lxpu_lock); this writes what it says."""
+    shared flock for the whole run (publish.py take_lock); this writes what it says."""
     # The cluster is looked up once, here, and only when a lease names one: `scontrol show config` waits out its
     # message timeout (about 10 s) where no controller answers.
     for path in _files(glob.escape(f"{state.prefix}/.leases/") + "*"):

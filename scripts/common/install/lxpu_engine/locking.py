@@ -53,7 +53,8 @@ def lock(state: State, again: bool) -> int:
         check_links(state)
         remove_leftovers(state)
         return 0
-    fd = int(state["lock_fd"])
+    fd = state.lock_fd
+    assert fd is not None, "the driver opens the lock file first"
     if not _try_lock(fd):
         # The holder writes its line right after taking the lock: give it a moment if it is not there yet.
         holder = ""

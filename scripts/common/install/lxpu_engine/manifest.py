@@ -1,7 +1,7 @@
 """manifest.json of a new build: the recipe, the inputs, where every package came from (with its sha256 where
 known), the steps' timings, the smoke job's result and the packed image.
 
-Run by the install engine (engine.sh, step 10) on the new environment's own interpreter, whose installed
+Run by the install (lxpu_engine/build.py, step 10) on the new environment's own interpreter, whose installed
 distributions it lists: `python -m lxpu_engine.manifest ENV --tag=... ...` (every value an option: see
 `--help`). It reads share/lightning-xpu/ (steps.tsv, smoke.json, pip-report.json, requirements.txt, wheels/,
 bytecompile-failures.txt, pack/pack.json) and writes ENV/manifest.json by one rename.

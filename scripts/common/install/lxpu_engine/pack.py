@@ -1,6 +1,6 @@
 """A relocatable environment and its packed image, for node-local staging (issue 15).
 
-Run by the install engine (engine.sh) on the new environment's own interpreter:
+Run by the install (lxpu_engine/build.py) on the new environment's own interpreter:
   relocatable ENV       before the smoke job: script launchers find the interpreter next to themselves, as
                         `uv venv --relocatable` writes them, and activate computes its own path. The smoke job
                         then tests the environment as it will be packed.

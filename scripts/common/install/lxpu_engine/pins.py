@@ -15,7 +15,7 @@ Each at the version installed. Looser requirements (filelock, fsspec, ...) stay 
 The same command puts the guard (lightning_xpu/report/pipguard.py, of the environment's own lightning_xpu) in
 front of the environment's pip and of uv: a request the pins refuse is answered in one line, as in a user layer.
 
-Run on the environment's own interpreter by the install (engine.sh) or imported:
+Run on the environment's own interpreter by the install (lxpu_engine/build.py) or imported:
     python -m lxpu_engine.pins write ENV
 Standard library only.
 """

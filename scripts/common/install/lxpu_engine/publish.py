@@ -1,8 +1,9 @@
-"""Publishing: ONE rename of <prefix>/<tag>, and the commands the bash driver (engine.sh) calls.
+"""Steps 1, 2 and 11 of an install (check, lock, publish) and the admin actions' steps: the lock, the no-op
+check, and publishing by ONE rename of <prefix>/<tag>.
 
-Operations, in order (each a place where tests kill the job: LXPU_TEST_PAUSE_AT):
+Publishing's operations, in order (each a place where tests kill the job: LXPU_TEST_PAUSE_AT):
   record        write the rollback record and size into the new (not yet visible) build      (`record`)
-  entry-points  the driver writes the setup script and modulefile and the shared code they call
+  entry-points  the setup script and modulefile and the shared code they call (lxpu_engine/entrypoints.py)
   link          a temporary symlink to the new build                                        (`switch`)
   rename        THE publishing rename of that symlink onto <prefix>/<tag>
   previous      derive .envs/<tag>.previous from the record
@@ -18,19 +19,22 @@ operation <op> while the file LXPU_TEST_PAUSE_FILE exists (tests kill the job th
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
-import sys
 import time
 
-from lxpu_engine.admin import admin_action, validate_action
+from lxpu_engine.admin import admin_action
 from lxpu_engine.builds import complete
-from lxpu_engine.cleanup import cleanup_failed_build, finish, remove_leftovers
-from lxpu_engine.leases import remove_stale_leases
+from lxpu_engine.cleanup import remove_leftovers
+from lxpu_engine.entrypoints import entry_points_current, share_permissions, write_entry_points
+from lxpu_engine.inputs import have_intel_gpu
+from lxpu_engine.leases import host, remove_stale_leases
 from lxpu_engine.links import check_previous, share_link
-from lxpu_engine.locking import lock, locked
+from lxpu_engine.locking import RELOCK, lock, locked
 from lxpu_engine.space import check_space
-from lxpu_engine.state import State, Stop, fail, run, say
+from lxpu_engine.state import State, Stop, fail, quote, run, say, start_step, warn
 
 
 def test_hook(state: State, op: str) -> None:
@@ -103,43 +107,155 @@ def after_publish_failure(state: State, status: int, total: str) -> int:
     return status if status > 128 else 0
 
 
-def main(argv: list[str]) -> int:
-    state = State.from_environment()
-    command, args = argv[0], argv[1:]
+# ---- step 1: check ----
+
+
+def check_step(state: State) -> None:
+    data = state.data
+    if state.auto_cpu_note:
+        rule = "#" * 80
+        say(f"{rule}\nNOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch\n      {data['version']} as module lightning-xpu/{state.tag} (NOT the XPU build).\n      Pass --variant xpu to build the XPU environment anyway.\n{rule}")  # noqa: E501
+    say(f"recipe:      PyTorch {data['version']}, Lightning {data['lightning']}, site {data['site']}, variant {state['variant']} (hash {data['recipe_hash'][:12]})")  # noqa: E501
+    if data.get("legacy"):
+        say(f"legacy:      {data['legacy']}")
+    say(f"prefix:      {state.prefix} (tag {state.tag})")
+    say(f"repository:  {state.source} (commit {state.commit})")
+    say(f"environment: {state.env_manager} ({state.env_why}), Python {state.python_version}{f' ({state.python})' if state.python else ''}")  # noqa: E501
+    if state["base_python"]:
+        say(f"base python: {state['base_python']} (torch {state.base_torch})")
+    pins = " ".join(state.variant_data["requirements"])
+    tools = " ".join(data["build_tools"])
+    if state.lock_path:
+        with open(state.lock_path) as handle:
+            count = sum(1 for line in handle if line[:1].isalnum())
+        say(f"pins:        {pins}, with every dependency from the lock: {count} packages, sha256-checked")
+        say(f"build tools: {tools} (from the lock, sha256-checked)")
+    else:
+        say(f"pins:        {pins} (no lock: dependencies resolved by pip, recorded in the manifest)")
+        say(f"build tools: {tools} (pinned, no hash: the recipe has no lock)")
+    sources = f" {quote(*state.pip_options)}" if state.pip_options else ""
+    say(f"sources:     {state.sources_mode}{sources}{f'; lock {state.lock_path}' if state.lock_path else ''}")
+    for line in state.module_report:
+        say(f"module:      {line}")
+    left_out = "; ".join(data["modules_left_out"])
+    if not state.module_report and not left_out:
+        say("module:      none to load")
+    if left_out:
+        say(f"module:      left out for PyTorch {data['version']}: {left_out}")
+    if state["variant"] == "xpu" and not have_intel_gpu():
+        state.warnings.append("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")  # noqa: E501
+    for line in state.warnings:
+        warn(line)
+    say(f"inputs hash: {state.inputs_hash}")
+    job = "".join(f" ({kind} job {os.environ[name]})" for kind, name in (("Slurm", "SLURM_JOB_ID"), ("PBS", "PBS_JOBID")) if os.environ.get(name))  # noqa: E501
+    say(f"host:        {os.environ.get('HOSTNAME') or os.uname().nodename}{job}")
+    if state.unset_vars:
+        say(f"unset for the install: {' '.join(state.unset_vars)}")
+    check_space(state)
+
+
+# ---- step 2: the lock ----
+
+
+def take_lock(state: State) -> None:
+    """The install lock (lxpu_engine/locking.py), held on a descriptor of this process for the whole run, then the
+    install's own lease, held from the moment it exists: this process and every command it starts hold its
+    shared flock (lxpu_engine/leases.py), which is what tells other runs that it is live."""
+    if state.dry:
+        lock(state, again=False)
+        return
+    lockfile = f"{state.prefix}/.locks/{state.tag}.lock"
+    os.makedirs(os.path.dirname(lockfile), exist_ok=True)
+    again = False
+    while True:
+        # Opened read-write without truncating: the holder's line stays readable.
+        state.lock_fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+        status = lock(state, again=again)
+        if status != RELOCK:
+            break
+        os.close(state.lock_fd)
+        state.lock_fd, again = None, True
+    lease = f"{state.prefix}/.leases/{state.env_name}@{host()}.install-{state['pid']}"
+    os.makedirs(os.path.dirname(lease), exist_ok=True)
+    state.lease_fd = os.open(lease, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fcntl.flock(state.lease_fd, fcntl.LOCK_SH)
+    state.set("lease_file", lease)
+    locked(state)
+
+
+def published_is_current(state: State) -> bool:
+    """True when the published install has exactly these inputs."""
+    root = f"{state.prefix}/{state.tag}"
+    if not os.path.islink(root):
+        return False
+    if not os.access(f"{root}/bin/python", os.X_OK) or not complete(state, state["current"]):
+        say("the published build has no bin/python, or its manifest.json is missing or truncated: rebuilding")
+        return False
     try:
-        if command == "lock":
-            return lock(state, again=args == ["again"])
-        if command == "complete":
-            return 0 if complete(state, args[0]) else 1
-        if command == "locked":
-            locked(state)
-        elif command == "test-hook":
-            test_hook(state, args[0])
-        elif command == "record":
-            record(state)
-        elif command == "switch":
-            switch(state)
-        elif command == "after-publish-failure":
-            return after_publish_failure(state, int(args[0]), args[1])
-        elif command == "cleanup-failed":
-            cleanup_failed_build(state)
-        elif command == "finish":
-            finish(state, int(args[0]))
-        elif command == "check-space":
-            check_space(state)
-        elif command == "validate-action":
-            validate_action(state)
-        elif command == "admin":
-            admin_action(state)
-        else:
-            print(f"lxpu_engine.publish: unknown command {command!r}", file=sys.stderr)
-            return 2
-    except Stop as stop:
-        return stop.status
-    except OSError as exc:  # a full disk, a permission: one line, as the shell's commands said it
-        return fail(state, str(exc)).status
-    return 0
+        with open(f"{root}/manifest.json") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return manifest.get("status") == "installed" and manifest.get("inputs_hash") == state.inputs_hash
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def lock_or_stop(state: State) -> None:
+    """The lock step of an install: take the lock; stop when the published build has these inputs already (a no-op
+    run restores the setup script and modulefile when they differ)."""
+    take_lock(state)
+    if state["force"] == "1" or not published_is_current(state):
+        if os.environ.get("LXPU_TEST_PREBUILT"):
+            test_prebuilt(state)  # tests only: steps 3-8 from a prebuilt environment
+        return
+    state.set("noop", "1")
+    if state.dry:
+        state.set("result", "already installed with these inputs: nothing to do (--force rebuilds)")
+    elif entry_points_current(state):
+        state.set("result", "already installed with these inputs: nothing changed (--force rebuilds)")
+    else:
+        write_entry_points(state)
+        state.set("result", "already installed with these inputs: setup script, modulefile and validation job restored")
+    state.set("env", "")
+
+
+# ---- step 11: publish ----
+
+
+def publish_step(state: State) -> None:
+    """The record in the new build, the entry points, then THE publishing rename and what follows it."""
+    record(state)
+    share_permissions(state, state["env"], tree=True)
+    if os.environ.get("LXPU_TEST_PAUSE_AT") or os.environ.get("LXPU_TEST_FAIL_AT"):
+        test_hook(state, "entry-points")
+    write_entry_points(state)
+    switch(state)
+
+
+def admin_step(state: State) -> None:
+    """--prune, --uninstall or --rollback (lxpu_engine/admin.py); the build rolled back to is published with this
+    checkout's setup script and modulefile."""
+    admin_action(state)
+    if state["action"] == "rollback" and not entry_points_current(state):
+        write_entry_points(state)
+
+
+def test_prebuilt(state: State) -> None:
+    """LXPU_TEST_PREBUILT=DIR (tests only): steps 3 to 8 copy DIR, a small prebuilt environment with the files those
+    steps would leave (tests/install/install_harness.py makes it), instead of building; the manifest and publishing
+    steps then run as always. The fault tests of publishing, links, locks and logs need no real install."""
+    from lxpu_engine.build import write_manifest  # the build steps import this module's neighbours
+    from lxpu_engine.steps import EXTRA_TITLES, INSTALL_STEPS
+
+    titles = {key: title for key, title, _ in INSTALL_STEPS}
+    prebuilt = os.environ["LXPU_TEST_PREBUILT"]
+    start_step(state, EXTRA_TITLES["prebuilt"])
+    if not os.path.isdir(prebuilt):
+        raise fail(state, f"LXPU_TEST_PREBUILT={prebuilt} is not a directory")
+    os.makedirs(state.envs, exist_ok=True)
+    run(state, "cp", "-a", prebuilt, state["env"])
+    start_step(state, titles["manifest"])
+    write_manifest(state)
+    start_step(state, titles["publish"])
+    publish_step(state)
+    state.set("result", f"installed {state.prefix}/{state.tag} -> {os.readlink(f'{state.prefix}/{state.tag}')}")
+    raise Stop(0)

@@ -1,10 +1,10 @@
-"""The one state object the bash driver (engine.sh) and these modules share, and the engine's messages.
+"""The install's one state object, and the engine's messages and command runner.
 
-The driver passes its state in the environment, one `_lxpu_<name>` variable per field below (engine.sh
-`_LXPU_STATE` lists them; notes one per line). A module changes a field with `State.set` or `State.note`, which
-write a `name=value` line to file descriptor 3 at once: the driver applies the lines when the module returns,
-and its exit trap applies them after a signal stopped both, so a kill right after the publishing rename still
-finds `published=1`.
+`State` holds everything a run knows: the recipe's data (recipes/rendered/install-data.json, lxpu_engine/jobdata.py),
+the options, what validation resolved, and what the steps did. The fields the publishing, lease, link and admin
+modules share are string values reached as `state["name"]` (FIELDS); the rest are
+typed attributes. A signal arriving at any point finds them as they are (lxpu_engine/driver.py's exit handling
+reads `published`, `env`, `lease_file`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
-# Fields the driver passes; the names are engine.sh's variables without `_lxpu_`.
+# The shared string fields.
 FIELDS = (
     "prefix", "tag", "version", "pid", "dry_run", "env", "shared_group", "lock_timeout", "action", "keep",
     "older_than", "variant", "base_python", "log", "setup_file", "module", "noop", "force", "current", "published",
-    "fail_reason", "result", "lease_file", "lock_fd", "lock_t0",
+    "fail_reason", "result", "lease_file", "lock_t0",
 )  # fmt: skip
 
 
@@ -32,35 +34,61 @@ class Stop(Exception):
 
 @dataclass
 class State:
-    values: dict[str, str]
+    values: dict[str, str] = field(default_factory=lambda: dict.fromkeys(FIELDS, ""))
     notes: list[str] = field(default_factory=list)
-    # Unset (None) until looked up once; then passed back to later commands (a lookup can take 10 s).
+    # Unset (None) until looked up once (a lookup can take 10 s).
     cluster_name: str | None = None
-
-    @classmethod
-    def from_environment(cls) -> State:
-        env = os.environ
-        values = {name: env.get(f"_lxpu_{name}", "") for name in FIELDS}
-        notes = [line for line in env.get("_lxpu_notes", "").split("\n") if line]
-        return cls(values, notes, env.get("_lxpu_cluster_name"))
+    # The recipe's data for this site and version (jobdata.load) and the repository it came from.
+    data: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    # Options (parsed by lxpu_engine/options.py; empty = not given).
+    options: dict[str, Any] = field(default_factory=dict)
+    # Resolved by validation (lxpu_engine/inputs.py).
+    env_manager: str = ""
+    env_why: str = ""
+    python_version: str = ""
+    python: str = ""  # the interpreter the environment is built from
+    base_torch: str = ""
+    base_is_venv: bool = False
+    auto_cpu_note: bool = False
+    lock_path: str = ""
+    sources_mode: str = ""
+    pip_options: list[str] = field(default_factory=list)
+    module_report: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unset_vars: list[str] = field(default_factory=list)
+    inputs_hash: str = ""
+    commit: str = ""
+    build_id: str = ""
+    # The installer back end (lxpu_engine/installer.py).
+    installer: Any = None
+    # Held files: the install lock (never passed to a child) and the install's lease (passed to every child, so
+    # that a child left behind by a killed run still holds it).
+    lock_fd: int | None = None
+    lease_fd: int | None = None
+    # Steps: the one running (its number and name), when it started, and "n<TAB>name<TAB>seconds" of those done.
+    step_n: int = 0
+    step_total: int = 0
+    step_name: str = ""
+    step_t0: float = 0.0
+    timings: list[str] = field(default_factory=list)
+    # The packed image's writer, running beside the smoke job (lxpu_engine/build.py Packer).
+    packer: Any = None
 
     def __getitem__(self, name: str) -> str:
         return self.values[name]
 
     def set(self, name: str, value: str) -> None:
         self.values[name] = value
-        self._tell(name, value)
 
     def set_cluster(self, value: str) -> None:
         self.cluster_name = value
-        self._tell("cluster_name", value)
 
     def note(self, text: str, quietly: bool = False) -> None:
         """A change besides building (a repair, a removal): the last line names it."""
         if self.dry:
             text = f"(dry run, not done) {text}"
         self.notes.append(text)
-        self._tell("note", text)
         if not quietly:
             say(text)
 
@@ -85,16 +113,45 @@ class State:
         """The name of this run's build (<tag>.<build-id>)."""
         return os.path.basename(self.values["env"])
 
+    @property
+    def variant_data(self) -> dict[str, Any]:
+        """The recipe's data of the chosen variant."""
+        return self.data["variants"][self.values["variant"]]
+
     def tmp(self, suffix: str) -> str:
         """A temporary path of this run (the next run removes those of killed runs)."""
         return f"{self.envs}/.tmp.{self.tag}.{self['pid']}.{suffix}"
 
-    def _tell(self, name: str, value: str) -> None:
-        line = f"{name}={value}".replace("\n", " ") + "\n"
-        try:
-            os.write(3, line.encode())
-        except OSError:
-            pass  # run by hand, without the driver: nothing to tell
+    def child_fds(self) -> tuple[int, ...]:
+        """The descriptors every command inherits: the install's lease (never the lock)."""
+        return (self.lease_fd,) if self.lease_fd is not None else ()
+
+
+# ---- steps ----
+
+
+def seconds_since(t0: float) -> str:
+    """Seconds to one decimal, cut (not rounded), as the step lines have always shown them."""
+    tenths = int((time.monotonic() - t0) * 10)
+    return f"{tenths // 10}.{tenths % 10}"
+
+
+def start_step(state: State, title: str) -> None:
+    """End the running step, start the next: `[n/total] title ...`."""
+    end_step(state)
+    state.step_n += 1
+    state.step_name = title.replace("{env_manager}", state.env_manager).replace("{tag}", state.tag)
+    state.step_t0 = time.monotonic()
+    say(f"[{state.step_n}/{state.step_total}] {state.step_name} ...")
+
+
+def end_step(state: State) -> None:
+    if not state.step_name:
+        return
+    seconds = seconds_since(state.step_t0)
+    say(f"[{state.step_n}/{state.step_total}] {state.step_name} done ({seconds} s)")
+    state.timings.append(f"{state.step_n}\t{state.step_name}\t{seconds}")
+    state.step_name = ""
 
 
 # ---- messages ----
@@ -151,7 +208,8 @@ def run(state: State, *argv: str) -> None:
     say(f"+ {quote(*argv)}")
     if state.dry:
         return
-    status = subprocess.run(argv, check=False).returncode
+    sys.stdout.flush()
+    status = subprocess.run(argv, check=False, pass_fds=state.child_fds()).returncode
     if status != 0:
         state.set("fail_reason", f"exit status {status} from: {quote(*argv)}")
         raise Stop(status)

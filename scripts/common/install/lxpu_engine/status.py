@@ -16,18 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lxpu_engine.leases import host, lease_live, read_lease
-from lxpu_engine.state import FIELDS, State
+from lxpu_engine.state import State
 
 PROG = "lightning-xpu-admin"
 _SHOWN_HOLDERS = 4  # processes named per lease; the rest are counted
-
-
-class _Quiet(State):
-    """The engine's state for lease_live (it caches the Slurm cluster's name there), outside any install: there
-    is no driver to tell."""
-
-    def _tell(self, name: str, value: str) -> None:
-        pass
 
 
 @dataclass
@@ -63,7 +55,8 @@ def open_by(paths: set[str]) -> dict[str, list[str]]:
 
 def live_leases(prefix: Path) -> tuple[dict[str, list[Lease]], int]:
     """The live leases by build, and how many stale ones the next install or --prune will remove."""
-    state = _Quiet({name: "" for name in FIELDS} | {"prefix": str(prefix)})
+    state = State()  # lease_live caches the Slurm cluster's name there
+    state.set("prefix", str(prefix))
     by_build: dict[str, list[Lease]] = {}
     stale = 0
     for path in sorted(glob.glob(glob.escape(str(prefix / ".leases")) + "/*@*")):

@@ -1,39 +1,41 @@
-"""The install's declared step lists (EasyBuild's `get_steps`): the driver runs them in this order and numbers
-them from these lists, so a step is added, removed or moved here and nowhere else.
+"""The install's declared step lists (EasyBuild's `get_steps`): the driver (lxpu_engine/driver.py) runs them in
+this order and numbers them from these lists, so a step is added, removed or moved here and nowhere else.
 
-Each step is (key, title, the driver functions that run it, in order). The first starts its step with
-`_lxpu_step KEY`, which prints `[n/total] title ...`; `{env_manager}` and `{tag}` in a title are filled in when
-it runs. The bash half of the driver (engine.sh) gets the lists from `shell_steps()`.
+Each step is (key, title, the functions that run it, in order). The driver prints `[n/total] title ...` before
+the first; `{env_manager}` and `{tag}` in a title are filled in when it runs.
 """
 
 from __future__ import annotations
 
-import shlex
+from typing import Callable
 
-Step = tuple[str, str, str]
+from lxpu_engine import build, publish
+from lxpu_engine.state import State
+
+Step = tuple[str, str, tuple[Callable[[State], None], ...]]
 
 INSTALL_STEPS: tuple[Step, ...] = (
-    ("check", "check inputs and disk space", "_lxpu_step_check"),
-    ("lock", "take the install lock", "_lxpu_lock_or_stop"),
-    ("create", "create the {env_manager} environment", "_lxpu_create_env"),
-    ("packages", "install pinned packages", "_lxpu_install_packages"),
-    ("runtime", "install lightning_xpu from the repository", "_lxpu_install_runtime"),
+    ("check", "check inputs and disk space", (publish.check_step,)),
+    ("lock", "take the install lock", (publish.lock_or_stop,)),
+    ("create", "create the {env_manager} environment", (build.create_env,)),
+    ("packages", "install pinned packages", (build.install_packages,)),
+    ("runtime", "install lightning_xpu from the repository", (build.install_runtime,)),
     (
         "hook",
         "enable the zero-code-change hook and site files",
-        "_lxpu_enable_hook _lxpu_write_pins _lxpu_pack_relocatable",
+        (build.enable_hook, build.write_pins, build.pack_relocatable),
     ),
-    ("compile", "byte-compile the environment", "_lxpu_byte_compile _lxpu_pack_start"),
-    ("smoke", "run the smoke job", "_lxpu_smoke"),
-    ("pack", "pack the environment for node-local staging", "_lxpu_pack"),
-    ("manifest", "write the manifest", "_lxpu_write_manifest"),
-    ("publish", "publish", "_lxpu_publish"),
+    ("compile", "byte-compile the environment", (build.byte_compile, build.start_pack)),
+    ("smoke", "run the smoke job", (build.smoke,)),
+    ("pack", "pack the environment for node-local staging", (build.finish_pack,)),
+    ("manifest", "write the manifest", (build.write_manifest,)),
+    ("publish", "publish", (publish.publish_step,)),
 )
 
-# --prune, --uninstall and --rollback: the lock, then the action (the key is the action's name).
+# --prune, --uninstall and --rollback: the lock, then the action (titled by ACTION_TITLES).
 ADMIN_STEPS: tuple[Step, ...] = (
-    ("lock", "take the install lock", "_lxpu_lock"),
-    ("action", "the action (below)", "_lxpu_admin_run"),
+    ("lock", "take the install lock", (publish.take_lock,)),
+    ("action", "the action (below)", (publish.admin_step,)),
 )
 
 # The action step's titles, and (tests only, LXPU_TEST_PREBUILT) the step that replaces the build steps.
@@ -43,17 +45,3 @@ EXTRA_TITLES = {
     "uninstall": "uninstall {tag}",
     "rollback": "roll back {tag}",
 }
-
-
-def shell_steps() -> str:
-    """The lists as bash: LXPU_STEPS (the install's functions) and LXPU_STEP_TOTAL (its steps), LXPU_ADMIN_STEPS,
-    and LXPU_STEP_TITLES by key."""
-    titles = {key: title for key, title, _ in (*INSTALL_STEPS, *ADMIN_STEPS)}
-    titles.update(EXTRA_TITLES)
-    pairs = " ".join(f"[{key}]={shlex.quote(title)}" for key, title in titles.items())
-    return (
-        f"LXPU_STEPS=({' '.join(functions for _, _, functions in INSTALL_STEPS)})\n"
-        f"LXPU_STEP_TOTAL={len(INSTALL_STEPS)}\n"
-        f"LXPU_ADMIN_STEPS=({' '.join(functions for _, _, functions in ADMIN_STEPS)})\n"
-        f"declare -A LXPU_STEP_TITLES=({pairs})\n"
-    )

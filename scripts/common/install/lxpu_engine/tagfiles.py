@@ -9,10 +9,8 @@ or the new one, never half of one. Standard library only (it runs on the Python 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -193,7 +191,7 @@ def setup_text(tag: TagData) -> str:
     )
 
 
-def _write_atomic(path: Path, text: str, mode: int) -> None:
+def write_atomic(path: Path, text: str, mode: int) -> None:
     """Temporary file in the same directory, then rename: readers never see half a file."""
     try:
         if path.read_text() == text and (path.stat().st_mode & 0o7777) == mode:
@@ -223,7 +221,7 @@ def write_tag_files(prefix: Path, tag: TagData) -> list[Path]:
     """Write the tag's modulefile and setup script into `prefix`; return their paths."""
     written = []
     for path, (text, mode) in _wanted(Path(prefix), tag).items():
-        _write_atomic(path, text, mode)
+        write_atomic(path, text, mode)
         written.append(path)
     return written
 
@@ -305,48 +303,10 @@ def _validation_wanted(prefix: Path, site: Mapping[str, Any], source: Path | Non
 def write_site_validation_job(prefix: Path, site: Mapping[str, Any], source: Path | None = None) -> Path:
     """Write <prefix>/validate_lightning.sh for `site` and the common script it calls; return the job's path."""
     for path, (text, mode) in _validation_wanted(Path(prefix), site, source).items():
-        _write_atomic(path, text, mode)
+        write_atomic(path, text, mode)
     return Path(prefix) / VALIDATION_JOB
 
 
 def site_job_current(prefix: Path, site: Mapping[str, Any]) -> bool:
     """Whether the job and the common script are there as this data and checkout write them."""
     return _all_current(_validation_wanted(Path(prefix), site, None))
-
-
-def main(argv: list[str]) -> int:
-    """`write|current PREFIX TAG_DATA_JSON` (the tag's files) or `site-job write|current PREFIX SITE_DATA_JSON`
-    (the site validation job); `current` exits 0 when current, 1 when not: the engine's entry-points step calls
-    these."""
-    site_job = argv[:1] == ["site-job"]
-    words = argv[1:] if site_job else argv
-    if len(words) != 3 or words[0] not in ("write", "current"):
-        print(
-            "usage: python -m lxpu_engine.tagfiles [site-job] write|current PREFIX TAG_DATA_JSON|SITE_DATA_JSON",
-            file=sys.stderr,
-        )
-        return 2
-    action, prefix = words[0], Path(words[1])
-    try:
-        data = json.loads(words[2])
-        if not isinstance(data, dict):
-            raise TagDataError(f"the data must be a JSON object (got {data!r})")
-        if site_job:
-            validation_job_text(prefix, data)  # bad data: one line, before anything is written
-            if action == "current":
-                return 0 if site_job_current(prefix, data) else 1
-            print(f"+ write {write_site_validation_job(prefix, data)}")
-            return 0
-        tag = TagData.from_mapping(data)
-    except (ValueError, TypeError) as error:  # json.JSONDecodeError and TagDataError are ValueErrors
-        print(f"lightning-xpu engine: {error}", file=sys.stderr)
-        return 2
-    if action == "current":
-        return 0 if tag_files_current(prefix, tag) else 1
-    for path in write_tag_files(prefix, tag):
-        print(f"+ write {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""Commands the install runs whose output it also reads: printed first (`+ command`, as every step's commands are),
+streamed into the log as they run, and kept for the failure reason. Every child gets the install's lease
+descriptor and never the lock's (State.child_fds)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any, Callable
+
+from lxpu_engine.state import State, Stop, quote, say
+
+ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def engine_on(state: State, python: str, module: str, *args: str, **popen: Any) -> subprocess.CompletedProcess[bytes]:
+    """lxpu_engine.MODULE on PYTHON (the environment's own: it reads the environment's installed packages), writing
+    no bytecode into the checkout."""
+    sys.stdout.flush()
+    env = {**os.environ, "PYTHONPATH": ENGINE_DIR}
+    return subprocess.run([python, "-B", "-m", f"lxpu_engine.{module}", *args], env=env, check=False,
+                          pass_fds=state.child_fds(), **popen)  # fmt: skip
+
+
+def output_of(state: State, argv: list[str]) -> tuple[int, str]:
+    """(exit status, stdout and stderr together), not printed."""
+    sys.stdout.flush()
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=state.child_fds(),
+                          check=False)  # fmt: skip
+    return done.returncode, done.stdout.decode(errors="replace").rstrip("\n")
+
+
+def run_logged(
+    state: State, argv: list[str], reason: Callable[[str, int], str], exit_status: int | None = None
+) -> None:
+    """Print and run ARGV with its output shown as it comes; on failure the run stops with reason(output, status)
+    as its reason, and EXIT_STATUS (default: the command's)."""
+    say(f"+ {quote(*argv)}")
+    if state.dry:
+        return
+    sys.stdout.flush()
+    kept = bytearray()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=state.child_fds())
+    stream = child.stdout
+    assert stream is not None
+    try:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            kept += chunk
+        child.wait()
+    except BaseException:  # a signal stopped the install: so does the command
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        stream.close()
+    if child.returncode != 0:
+        state.set("fail_reason", reason(kept.decode(errors="replace"), child.returncode))
+        raise Stop(exit_status or child.returncode)

@@ -1,0 +1,198 @@
+"""The install driver: one run of an install job (install, --prune, --uninstall, --rollback) from the recipe's data.
+
+It checks the inputs (lxpu_engine/inputs.py), writes the log (everything the run prints, through `tee`), runs the
+declared steps (lxpu_engine/steps.py) and ends every run with one last line: what was done, or where and why it
+FAILED. Layout it builds (docs/architecture.md "Install layout"):
+  <prefix>/.envs/<tag>.<build-id>/   the environment, built at its final path (venvs are not relocatable)
+  <prefix>/<tag> -> .envs/...        published by one atomic rename of a symlink, after the smoke job passed
+  <prefix>/lightning-setup-<tag>.sh, <prefix>/modulefiles/lightning-xpu/<tag>.lua and the shared code they call
+  <prefix>/.locks/<tag>.lock, <prefix>/.leases/, <prefix>/logs/install-<tag>-<time>.log
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+from lxpu_engine import inputs, options
+from lxpu_engine.admin import validate_action
+from lxpu_engine.build import stop_pack
+from lxpu_engine.cleanup import cleanup_failed_build, finish
+from lxpu_engine.installer import Installer
+from lxpu_engine.publish import after_publish_failure
+from lxpu_engine.state import State, Stop, end_step, say, seconds_since, start_step
+from lxpu_engine.steps import ADMIN_STEPS, EXTRA_TITLES, INSTALL_STEPS
+
+_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+class Interrupted(BaseException):
+    """A signal stopped the install (a BaseException: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.status = _SIGNALS[signum]
+        self.name = signal.Signals(signum).name
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+class Log:
+    """Everything the run and its commands print also goes to the log file, through `tee`, which ignores the
+    signals that stop the install, so that the last line ("FAILED ... interrupted") still reaches the log."""
+
+    def __init__(self, path: str) -> None:
+        self.saved = (os.dup(1), os.dup(2))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.tee = subprocess.Popen(["tee", "-a", path], stdin=subprocess.PIPE, preexec_fn=_ignore_signals)
+        assert self.tee.stdin is not None
+        os.dup2(self.tee.stdin.fileno(), 1)
+        os.dup2(self.tee.stdin.fileno(), 2)
+        self.tee.stdin.close()
+
+    def close(self) -> None:
+        """Close the pipe to tee and wait for it, so the log's last line is on disk."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        self.tee.wait()
+
+
+def _ignore_signals() -> None:
+    for signum in _SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def new_state(data: dict[str, Any], source: str) -> State:
+    state = State(data=data, source=source)
+    for name, value in {"version": data["version"], "pid": str(os.getpid()), "action": "install", "dry_run": "0",
+                        "force": "0", "noop": "0", "published": "0", "lock_timeout": "1800"}.items():  # fmt: skip
+        state.set(name, value)
+    return state
+
+
+def prepare(state: State, argv: list[str]) -> bool:
+    """Options, inputs, the build's name and the log. False: --help was printed."""
+    if not options.parse(state, argv):
+        return False
+    inputs.validate(state)
+    inputs.validate_repository(state)
+    state.installer = Installer(state)
+    state.installer.validate()
+    validate_action(state)
+    # Nothing from the caller's Python setup may leak into the build or fake a passing smoke job.
+    for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"):
+        if os.environ.pop(name, ""):
+            state.unset_vars.append(name)
+    os.environ["PYTHONNOUSERSITE"] = "1"
+    state.inputs_hash = inputs.hash_inputs(state)
+    state.commit = inputs.repo_commit(state.source)
+    state.build_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{state['pid']}"
+    state.set("env", f"{state.envs}/{state.tag}.{state.build_id}")
+    return True
+
+
+def run_steps(state: State) -> None:
+    if state["action"] != "install":
+        steps = ADMIN_STEPS
+        titles = {"lock": ADMIN_STEPS[0][1], "action": EXTRA_TITLES[state["action"]]}
+    else:
+        steps = INSTALL_STEPS
+        titles = {key: title for key, title, _ in steps}
+    state.step_total = len(steps)
+    for key, _title, functions in steps:
+        start_step(state, titles[key])
+        for function in functions:
+            function(state)
+        if state["noop"] == "1":
+            return
+    if state["action"] == "install":
+        if state.dry:
+            state.set("result", "dry run finished: nothing was changed")
+        else:
+            state.set("result", f"installed {state.prefix}/{state.tag} -> {os.readlink(f'{state.prefix}/{state.tag}')}")
+
+
+def final_result(state: State) -> str:
+    """The last line of a successful run: the result plus what else changed (repairs, removals: the notes). A run
+    that changed or removed anything never says "nothing changed"."""
+    result, notes = state["result"] or "done", "; ".join(state.notes)
+    if notes and "nothing changed" in result:
+        return result.replace("nothing changed", notes)
+    return f"{result}; {notes}" if notes else result
+
+
+def _cleanup_failed_build(state: State) -> None:
+    """A failed or interrupted build removes its own staging environment, temporary files and lease."""
+    if state.dry or state.lock_fd is None:
+        return
+    stop_pack(state)
+    cleanup_failed_build(state)
+
+
+def end(state: State, status: int, t0: float, log: Log | None) -> int:
+    """The last line, the clean-up of a failed build, then the log's rotation: every run ends here."""
+    for signum in _SIGNALS:  # the clean-up finishes whatever arrives now
+        signal.signal(signum, signal.SIG_IGN)
+    total = seconds_since(t0)
+    name = state.tag or state["version"]
+    if status == 0:
+        end_step(state)
+        say(f"lightning-xpu {name}: {final_result(state)} (total {total} s)")
+    elif state["published"] == "1" and not state.dry:
+        # The new build is live (lxpu_engine/publish.py): never FAILED.
+        status = after_publish_failure(state, status, total)
+        _cleanup_failed_build(state)
+    elif status != 2 or state.step_name:
+        where = (f"at step [{state.step_n}/{state.step_total}] {state.step_name}" if state.step_name else "before the first step")  # noqa: E501
+        _cleanup_failed_build(state)
+        if state["log"]:
+            say(f"log: {state['log']}")
+        say(f"lightning-xpu {name}: FAILED {where} after {total} s: {state['fail_reason'] or f'exit status {status}'}")
+    if log is not None:
+        log.close()
+    finish(state, status)
+    return status
+
+
+def main(data: dict[str, Any], source: str, argv: list[str]) -> int:
+    # Shared installs must be readable by others whatever the job's umask (PBS defaults to 077).
+    os.umask(0o022)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    for signum in _SIGNALS:
+        signal.signal(signum, _on_signal)
+    t0 = time.monotonic()
+    state, log, status = new_state(data, source), None, 0
+    try:
+        if not prepare(state, argv):
+            return 0
+        if state.dry:
+            say("dry run: printing every step and command; nothing is changed")
+        else:
+            os.makedirs(f"{state.prefix}/logs", exist_ok=True)
+            state.set("log", f"{state.prefix}/logs/install-{state.tag}-{time.strftime('%Y%m%dT%H%M%S')}-{state['pid']}.log")  # noqa: E501
+            log = Log(state["log"])
+        run_steps(state)
+    except Stop as stop:
+        status = stop.status
+    except Interrupted as interrupted:
+        state.set("fail_reason", f"interrupted by {interrupted.name}")
+        status = interrupted.status
+    except OSError as exc:  # a full disk, a permission: one line, as the shell's commands said it
+        state.set("fail_reason", str(exc))
+        say(f"ERROR: {exc}")
+        status = 1
+    except Exception as exc:  # a bug: its traceback goes to the log, the last line still says where
+        traceback.print_exc()
+        state.set("fail_reason", f"internal error: {type(exc).__name__}: {exc}")
+        status = 1
+    return end(state, status, t0, log)

@@ -1,0 +1,244 @@
+"""Installer back ends of the install: uv where it can be had (the default), pip otherwise.
+
+Why uv: it installs a warm-cache torch stack in about a second where pip takes tens (docs/performance.md). What
+must not change with it (issue 12): hash-checked locks, every package source override, and this machine's own pip
+configuration, which uv does not read: scripts/common/install/uv_sources.py maps each resolution key of
+`pip config list` to uv's options and refuses, in one line, a key it cannot map.
+
+The driver calls: `validate` (bad input exits 2 before anything is written), `setup` (after the lock: bootstraps
+uv, or falls back to pip and says why), then `create_venv`, `install` and `wheel` through the Installer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from lxpu_engine.commands import output_of, run_logged
+from lxpu_engine.state import State, bad_input, command_output, fail, quote, run, say, warn
+
+# The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
+UV_LOCK = "recipes/tools/install-tools.txt"
+
+
+class Installer:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.kind = state.options.get("installer") or os.environ.get("LIGHTNING_XPU_INSTALLER") or "auto"
+        self.why = ""
+        self.version = ""
+        self.uv = ""
+        self.uv_version = ""
+        self.uv_dir = ""
+        self.uv_cache = ""
+        self.uv_python = ""
+        self.uv_args: list[str] = []
+        self.uv_env: dict[str, str] = {}
+        self.uv_constraints: list[str] = []
+        self.link_mode = "hardlink"
+
+    # ---- inputs ----
+
+    def validate(self) -> None:
+        state = self.state
+        if self.kind not in ("uv", "pip", "auto"):
+            raise bad_input(state, f"--installer must be uv, pip or auto, not '{self.kind}'")
+        if self.kind == "pip":
+            self.why = "--installer pip"
+            return
+        # Over --base-python the environment reuses the base's packages, which pip sees (through the .pth file that
+        # points at a base venv, too) and uv does not: uv would resolve torch again and install another build.
+        if state["base_python"]:
+            if self.kind == "uv":
+                raise bad_input(state, "--installer uv cannot build over --base-python (uv does not see the base Python's packages): drop one of them")  # noqa: E501
+            self.kind, self.why = "pip", "--base-python: pip sees the base Python's packages, uv does not"
+            return
+        lock = f"{state.source}/{UV_LOCK}"
+        if not os.path.isfile(lock):
+            raise bad_input(state, f"{lock} is missing: pass the repository with --source, or --installer pip")
+        with open(lock) as handle:
+            match = re.search(r"^uv==([^ \\\n]*)", handle.read(), re.MULTILINE)
+        if not match:
+            raise bad_input(state, f"{lock} pins no uv==<version>: restore it from the repository")
+        self.uv_version = match.group(1)
+        self.uv_python = state.python or shutil.which("python3") or ""
+        if not self.uv_python:
+            self._fallback("no Python to bootstrap uv with")
+            return
+        # The package sources, as uv options. A setting uv cannot honour is bad input, whatever --installer says:
+        # auto must not quietly resolve differently from pip.
+        mapper = f"{state.source}/scripts/common/install/uv_sources.py"
+        if state.sources_mode == "system":
+            status, out = command_output(self.uv_python, mapper, "from-pip-config")
+        else:
+            status, out = command_output(self.uv_python, mapper, "from-pip-options", *state.pip_options)
+        if status != 0:
+            raise bad_input(state, out.removeprefix("error: "))
+        for line in out.splitlines():
+            kind, _, rest = line.partition("\t")
+            name, _, value = rest.partition("\t")
+            if kind == "arg":
+                self.uv_args += [name, value] if value else [name]
+            elif kind == "env":
+                self.uv_env[name] = value
+            elif kind == "constraint":
+                self.uv_constraints.append(name)
+        # uv otherwise stops at the first index that has a package; pip merges every index.
+        self.uv_args += ["--index-strategy", "unsafe-best-match"]
+        if state.lock_path and self.uv_constraints:
+            status, out = command_output(self.uv_python, mapper, "check-constraints", state.lock_path, *self.uv_constraints)  # noqa: E501
+            if status != 0:
+                raise bad_input(state, out.removeprefix("error: "))
+        self.uv_dir = f"{state.prefix}/.tools/uv-{self.uv_version}"
+        self.uv_cache = os.environ.get("LIGHTNING_XPU_UV_CACHE_DIR") or f"{state.prefix}/.cache/uv"
+
+    def _fallback(self, why: str) -> None:
+        if self.kind == "uv":
+            raise fail(self.state, f"uv could not be had: {why} (use --installer pip)")
+        self.kind, self.why = "pip", f"uv could not be had ({why})"
+        say(f"note: uv could not be had ({why}): installing with pip instead")
+
+    # ---- after the lock ----
+
+    def setup(self) -> None:
+        """uv from the lock into the prefix's tools directory (a temporary directory, then one rename), unless the
+        pinned version is already there. Only pip is trusted to fetch it: pip checks the lock's hashes."""
+        state = self.state
+        if self.kind == "pip":
+            status, out = command_output(state.python or "python3", "-m", "pip", "--version")
+            self.version = out.split()[1] if status == 0 and len(out.split()) > 1 else ""
+            say(f"installer: pip {self.version or '(version unknown)'} ({self.why})")
+            return
+        lock = f"{state.source}/{UV_LOCK}"
+        self.uv = f"{self.uv_dir}/bin/uv"
+        have = command_output(self.uv, "--version")[1] if os.access(self.uv, os.X_OK) else ""
+        if have.startswith(f"uv {self.uv_version}"):
+            say(f"installer: uv {self.uv_version} ({self.uv_dir})")
+        else:
+            tmp = f"{state.prefix}/.tools/.tmp.uv-{self.uv_version}.{state['pid']}"
+            say(f"installer: bootstrapping uv {self.uv_version} (hash-checked, from {lock})")
+            pip = [self.uv_python, "-m", "pip"]
+            target = ["--no-deps", "--require-hashes", "--target", tmp, *state.pip_options, "-r", lock]
+            if state.dry:
+                run(state, *pip, "install", *target)
+            else:
+                os.makedirs(f"{state.prefix}/.tools", exist_ok=True)
+                shutil.rmtree(tmp, ignore_errors=True)
+                argv = [*pip, "--disable-pip-version-check", "--no-input", "install", "--quiet",
+                        "--root-user-action=ignore", *target]  # fmt: skip
+                say(f"+ {quote(*argv)}")
+                status, out = output_of(state, argv)
+                if out:
+                    say(out)
+                if status != 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
+                    self._fallback(errors[0].removeprefix("ERROR: ") if errors else "")
+                    return self.setup()
+                # Another tag's install may have put the same version there meanwhile: keep that one.
+                try:
+                    os.rename(tmp, self.uv_dir)
+                except OSError:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                if command_output(self.uv, "--version")[0] != 0:
+                    self._fallback(f"{self.uv} does not run on this machine")
+                    return self.setup()
+        self.why = self.why or "default"
+        self.kind, self.version = "uv", self.uv_version
+        # Hard links from the cache are fast, but not across file systems, and not on Lustre (ALCF's frameworks
+        # build sets UV_LINK_MODE=copy for that reason): copy there.
+        # A dry run on a new prefix creates neither: each is judged by its nearest existing directory.
+        if not state.dry:
+            os.makedirs(self.uv_cache, exist_ok=True)
+        cache_parent, prefix_parent = _existing(self.uv_cache), _existing(state.prefix)
+        fs_type = command_output("stat", "-f", "-c", "%T", prefix_parent)[1]
+        if os.stat(cache_parent).st_dev != os.stat(prefix_parent).st_dev or fs_type == "lustre":
+            self.link_mode = "copy"
+        say(f"installer: uv, cache {self.uv_cache} (link mode {self.link_mode})")
+
+    # ---- the operations ----
+
+    def _uv(self, *args: str, checked: bool) -> None:
+        """uv with the sources and environment settings mapped from pip's; CHECKED: the failure reason is uv's own,
+        on one line, and the status 1 (the install's 2 means bad input, which this is not)."""
+        state = self.state
+        settings = {**self.uv_env, "UV_CACHE_DIR": self.uv_cache, "UV_LINK_MODE": self.link_mode,
+                    "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}  # fmt: skip
+        argv = ["env", *(f"{name}={value}" for name, value in settings.items()), self.uv, *args]
+        try:
+            if checked:
+                run_logged(state, argv, lambda out, status: f"uv {args[0]} {args[1]} failed (exit {status}){uv_reason(out)}", exit_status=1)  # noqa: E501
+            else:
+                run(state, *argv)
+        finally:
+            # uv makes its lock files world-writable on purpose (any user may share a cache); a prefix is shared
+            # read-only, so nobody but its owner may write there.
+            if not state.dry and os.path.isdir(self.uv_cache):
+                subprocess.run(["find", self.uv_cache, "-perm", "-o+w", "!", "-type", "l", "-exec", "chmod", "o-w",
+                                "{}", "+"], capture_output=True, check=False)  # fmt: skip
+
+    def _pip(self, *args: str) -> None:
+        """pip, with its last ERROR line as the failure reason (the full output is in the log above it)."""
+        state = self.state
+        argv = [f"{state['env']}/bin/python", "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
+
+        def reason(out: str, status: int) -> str:
+            errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
+            why = f": {errors[-1].removeprefix('ERROR: ')}" if errors else ""
+            return f"pip {args[0]} failed (exit {status}){why}"
+
+        run_logged(state, argv, reason)
+
+    def create_venv(self, env: str, *extra: str) -> None:
+        state = self.state
+        if self.kind == "pip":
+            run(state, state.python, "-m", "venv", *extra, env)
+            return
+        # Relocatable: scripts and activation find the environment from their own location, which staging to
+        # node-local disk relies on. uv seeds no pip: the Python's own bundled pip wheel (ensurepip's, so pinned by
+        # the Python and needing no download) is installed, as `python -m venv` would.
+        self._uv("venv", "--quiet", "--relocatable", "--python", state.python, *extra, env, checked=False)
+        status, bundled = command_output(state.python, "-c", 'import ensurepip, pathlib\nprint(next((pathlib.Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"), ""))')  # noqa: E501
+        if status == 0 and bundled:
+            self._uv("pip", "install", "--quiet", "--python", f"{env}/bin/python", "--no-index", "--no-deps", bundled,
+                     checked=False)  # fmt: skip
+        else:
+            warn("this Python bundles no pip wheel (ensurepip): the environment has no pip")
+
+    def install(self, *args: str) -> None:
+        """pip-install arguments (-r FILE, --require-hashes, a wheel path) through the chosen installer."""
+        if self.kind == "pip":
+            self._pip("install", *self.state.pip_options, *args)
+            return
+        # Without a lock, constraints are passed on; a lock's exact pins were checked against them already.
+        constraints = ([] if "--require-hashes" in args else [w for c in self.uv_constraints for w in ("--constraint", c)])  # noqa: E501
+        self._uv("pip", "install", "--python", f"{self.state['env']}/bin/python", *self.uv_args, *constraints, *args,
+                 checked=True)  # fmt: skip
+
+    def wheel(self, source: str, wheel_dir: str) -> None:
+        """lightning_xpu's wheel, built without build isolation."""
+        if self.kind == "pip":
+            self._pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", wheel_dir, source)
+            return
+        self._uv("build", "--quiet", "--wheel", "--no-build-isolation", "--python", f"{self.state['env']}/bin/python",
+                 "--out-dir", wheel_dir, source, checked=True)  # fmt: skip
+
+
+def _existing(path: str) -> str:
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def uv_reason(out: str) -> str:
+    """uv's own reason, on one line: an unsatisfiable pin says why under "No solution found" (the line after
+    "╰─▶"); anything else is "error: ..." followed by its causes, the last one the most specific."""
+    for line in out.splitlines():
+        if "╰─▶" in line:
+            return ": " + line.split("╰─▶", 1)[1].strip()
+    errors = [line.removeprefix("error: ") for line in out.splitlines() if line.startswith("error: ")]
+    causes = [m.group(2) for line in out.splitlines() if (m := re.match(r"^ *(cause|Caused by): (.*)", line))]
+    why = (errors[0] if errors else "") + (f" ({causes[-1]})" if causes else "")
+    return f": {why}" if why else ""
