@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -128,17 +129,21 @@ def test_python_comes_from_the_site_python_module(temp_repo: Path, tmp_path: Pat
     code, out = _dry_run(
         job, "--variant", "cpu", "--prefix", f'"{tmp_path / "p"}"', env=env
     )
-    assert code == 0, out
     assert (
         "\nmodule:      lxpu-test/site: NOT FOUND (site module; module avail lxpu-test/site shows nothing)\n"
         in out
     )
     real = bash(f'bash "{job}" --variant cpu --prefix "{tmp_path / "p"}"', env)
-    assert real.returncode == 2 and real.stdout == ""
-    assert real.stderr == (
-        f"install_lightning_{MINOR}.sh: error: site module lxpu-test/site does not exist here (module avail "
-        f"lxpu-test/site): run on a machine of site {PLAIN_SITE}, or change recipes/sites/{PLAIN_SITE}.toml\n"
+    why = (
+        f"site module lxpu-test/site does not exist here (module avail lxpu-test/site): run on a machine of site "
+        f"{PLAIN_SITE}, or change recipes/sites/{PLAIN_SITE}.toml"
     )
+    assert real.returncode == 2 and real.stdout == ""
+    assert real.stderr == f"install_lightning_{MINOR}.sh: error: {why}\n"
+    # The dry run shows every step, then ends as the real run would: its last line says where and why, exit 2.
+    assert code == 2, out
+    assert f"; but the real run would stop before step 1 (exit 2): {why} (total " in out.rstrip().splitlines()[-1]
+    assert re.search(r"^\[(\d+)/\1\] publish \.\.\.$", out, re.MULTILINE), out  # every step, to the last
     assert not (tmp_path / "p").exists()
 
 

@@ -127,8 +127,12 @@ def final_result(state: State) -> str:
     that changed or removed anything never says "nothing changed"."""
     result, notes = state["result"] or "done", "; ".join(state.notes)
     if notes and "nothing changed" in result:
-        return result.replace("nothing changed", notes)
-    return f"{result}; {notes}" if notes else result
+        result = result.replace("nothing changed", notes)
+    elif notes:
+        result = f"{result}; {notes}"
+    if state.would_stop:
+        result += f"; but the real run would stop before step 1 (exit 2): {'; '.join(state.would_stop)}"
+    return result
 
 
 def _cleanup_failed_build(state: State) -> None:
@@ -148,6 +152,7 @@ def end(state: State, status: int, t0: float, log: Log | None) -> int:
     if status == 0:
         end_step(state)
         say(f"lightning-xpu {name}: {final_result(state)} (total {total} s)")
+        status = 2 if state.would_stop else 0  # a dry run ends as the real run would
     elif state["published"] == "1" and not state.dry:
         # The new build is live (lxpu_engine/publish.py): never FAILED.
         status = after_publish_failure(state, status, total)

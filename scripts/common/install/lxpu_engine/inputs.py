@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from lxpu_engine.lmod import load_modules
-from lxpu_engine.state import State, bad_input, command_output
+from lxpu_engine.state import State, bad_input, bad_input_unless_dry, command_output
 
 
 def expand_home(path: str) -> str:
@@ -155,8 +155,7 @@ def validate_environment(state: State) -> None:
     if state.python:
         return
     message = f"python{state.python_version} not found on PATH{f' after loading {module}' if module else ''} (the {state['variant']} variant needs Python {state.python_version}): load a Python {state.python_version} module or pass --base-python PATH"  # noqa: E501
-    if not state.dry:
-        raise bad_input(state, message)
+    bad_input_unless_dry(state, message)
     state.warnings.append(message)
     state.python = f"python{state.python_version}"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from lxpu_engine.state import State, bad_input, say
+from lxpu_engine.state import State, bad_input, bad_input_unless_dry, say
 
 _SHELL_OWN = {"_", "SHLVL", "PWD", "OLDPWD"}
 
@@ -53,8 +53,7 @@ def load_modules(state: State, what: str, names: list[str]) -> None:
     site = state.data["site"]
     if not _set_up():
         state.module_report.append(f"{' '.join(names)}: cannot tell (no module command; Lmod's {_init_script()} is missing)")  # noqa: E501
-        if not state.dry:
-            raise bad_input(state, f"site {site} needs the modules '{' '.join(names)}' but Lmod's module command is missing: run from a login shell of the site")  # noqa: E501
+        bad_input_unless_dry(state, f"site {site} needs the modules '{' '.join(names)}' but Lmod's module command is missing: run from a login shell of the site")  # noqa: E501
         return
     for name in names:
         if _lmod("is-avail", name):
@@ -64,5 +63,4 @@ def load_modules(state: State, what: str, names: list[str]) -> None:
             state.module_report.append(f"{name}: loaded ({what})")
         else:
             state.module_report.append(f"{name}: NOT FOUND ({what}; module avail {name} shows nothing)")
-            if not state.dry:
-                raise bad_input(state, f"{what} {name} does not exist here (module avail {name}): run on a machine of site {site}, or change recipes/sites/{site}.toml")  # noqa: E501
+            bad_input_unless_dry(state, f"{what} {name} does not exist here (module avail {name}): run on a machine of site {site}, or change recipes/sites/{site}.toml")  # noqa: E501

@@ -56,6 +56,8 @@ class State:
     pip_options: list[str] = field(default_factory=list)
     module_report: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # What a dry run let pass that stops the real run as bad input (exit 2): its last line and status say so.
+    would_stop: list[str] = field(default_factory=list)
     unset_vars: list[str] = field(default_factory=list)
     inputs_hash: str = ""
     commit: str = ""
@@ -170,6 +172,13 @@ def fail(state: State, reason: str) -> Stop:
     state.set("fail_reason", reason)
     say(f"ERROR: {reason}")
     return Stop(1)
+
+
+def bad_input_unless_dry(state: State, reason: str) -> None:
+    """Bad input that a dry run reports and goes on past (so it shows every step), ending with exit status 2."""
+    if not state.dry:
+        raise bad_input(state, reason)
+    state.would_stop.append(reason)
 
 
 def bad_input(state: State, reason: str) -> Stop:
