@@ -1,5 +1,6 @@
-"""The job scripts' device check (scripts/common/job.sh, `lxpu_job_check_device`) against the banner the Trainer
-really prints: on simulated XPU with accelerator="xpu" and "cpu", and on this CPU machine without simulation.
+"""The job scripts' device check (lightning_xpu/report/job.py, run by scripts/common/job.sh) against the banner
+the Trainer really prints: on simulated XPU with accelerator="xpu" and "cpu", and on
+this CPU machine without simulation.
 
 If the banner's wording changes, the job scripts would fail every XPU job (or pass a CPU one): this test breaks
 first."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,6 @@ from lightning_grid import TRAINERS, build
 import lightning_xpu  # noqa: F401  (applies the patches)
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = REPO / "scripts" / "common" / "job.sh"
 PACKAGES = [api.values[1] for api in TRAINERS]
 
 
@@ -36,10 +37,9 @@ def banner_file(tmp_path: Path) -> Iterator[Path]:
 
 
 def check(log: Path, expect: str) -> subprocess.CompletedProcess[str]:
-    script = 'source "$1"; lxpu_job_check_device "$2"'
     return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script, "check", str(LIBRARY), str(log)],
-        env={"PATH": "/usr/bin:/bin", "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
+        [sys.executable, "-m", "lightning_xpu.report.job", "check", str(log)],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
         capture_output=True,
         text=True,
         timeout=30,
