@@ -38,9 +38,7 @@ help("lightning-xpu " .. tag .. ": PyTorch " .. data.torch .. " (" .. data.varia
   .. (data.notes ~= "" and data.notes .. "\n" or ""))
 
 -- A legacy recipe (recipes/matrix.toml [discontinued]) names the recipe to move to at each load.
-if mode() == "load" and data.legacy then
-  LmodMessage(data.legacy)
-end
+if mode() == "load" and data.legacy then LmodMessage(data.legacy) end
 
 whatis("Name: lightning-xpu")
 whatis("Version: " .. tag)
@@ -50,9 +48,7 @@ family("lightning_xpu")
 extensions("torch/" .. data.torch .. ", lightning/" .. data.lightning)
 
 -- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
-local function quoted(path)
-  return "'" .. path:gsub("'", "'\\''") .. "'"
-end
+local function quoted(path) return "'" .. path:gsub("'", "'\\''") .. "'" end
 local modfile = myFileName()
 local prefix = modfile:match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$")
 if not prefix then
@@ -160,19 +156,13 @@ local modules_file = io.open(pathJoin(root, "lightning-xpu-site-modules.txt"), "
 if modules_file then
   for line in modules_file:lines() do
     local name = line:match("^%s*([^%s#]%S*)%s*$")
-    if name then
-      depends_on(name)
-    end
+    if name then depends_on(name) end
   end
   modules_file:close()
 end
 
 prepend_path("PATH", pathJoin(root, "bin"))
-if isDir(pathJoin(root, "conda-meta")) then
-  pushenv("CONDA_PREFIX", root)
-else
-  pushenv("VIRTUAL_ENV", root)
-end
+pushenv(isDir(pathJoin(root, "conda-meta")) and "CONDA_PREFIX" or "VIRTUAL_ENV", root)
 -- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user).
 pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
 -- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
@@ -197,9 +187,7 @@ source_sh("bash", quoted(site_env))
 
 -- Node-local staging (issue 15, lightning-xpu-stage --help): with LIGHTNING_XPU_STAGE=1, switch a job's shell
 -- to node-local copies. Unloading does not undo the switch: end the job script instead.
-if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" then
-  local stage = pathJoin(root, "bin/lightning-xpu-stage")
-  if isFile(stage) then
-    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
-  end
+local stage = pathJoin(root, "bin/lightning-xpu-stage")
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" and isFile(stage) then
+  execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
 end

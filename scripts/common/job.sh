@@ -1,21 +1,17 @@
 # shellcheck shell=bash
-# The shared part of the training job scripts in scripts/<site>/ (train_*.sbatch on Dawn, train_*.pbs on Aurora,
-# train_*.sh on a workstation), which source it. Here: --help, the working directory, the environment and the node
-# count (what must happen in the job's shell); the threads, the launch into a log and the check that the Trainer
-# used the device the job asked for: lightning_xpu/report/job.py.
-#
+# The shared part of the training job scripts in scripts/<site>/, which source it: --help, the working directory,
+# the environment and the node count (what must happen in the job's shell); the threads, the launch into a log
+# and the check that the Trainer used the expected device: lightning_xpu/report/job.py.
 # Settings (environment variables; a job script sets its site's defaults only where you have not):
-#   LIGHTNING_XPU_MODULE      the module to load (lightning-xpu/2.13; lightning-xpu/2.13-cpu is a CPU build)
-#   LIGHTNING_XPU_MODULEPATH  where that module is (<install prefix>/modulefiles), for `module use`
-#   LIGHTNING_XPU_SETUP       a setup script to source instead of loading the module
-#                             (<install prefix>/lightning-setup-<tag>.sh; for shells without Lmod)
-#   LIGHTNING_XPU_TRAIN       your training script (default: train.py in the working directory). It is run as
-#                             python TRAIN --devices <ranks per node> --num-nodes <nodes> [ARGS...], ARGS being
-#                             the job script's own arguments, then the words of LIGHTNING_XPU_TRAIN_ARGS (for qsub -v)
-#   LIGHTNING_XPU_EXPECT      xpu or cpu: the device the Trainer's banner must show (default: cpu for a module or
-#                             setup script whose name ends in -cpu, else xpu); anything else fails the job
-#   LIGHTNING_XPU_REPO        this clone of lightning-xpu, where the job scripts find this file when they are not
-#                             run from inside the clone
+#   LIGHTNING_XPU_MODULE, LIGHTNING_XPU_MODULEPATH  the module to load (lightning-xpu/2.13; lightning-xpu/2.13-cpu is
+#                 a CPU build) and where it is (<install prefix>/modulefiles)
+#   LIGHTNING_XPU_SETUP  a setup script to source instead (<install prefix>/lightning-setup-<tag>.sh; without Lmod)
+#   LIGHTNING_XPU_TRAIN  your training script (default: train.py in the working directory), run as python TRAIN
+#                 --devices <ranks per node> --num-nodes <nodes> [ARGS...]: the job script's own arguments, then the
+#                 words of LIGHTNING_XPU_TRAIN_ARGS (for qsub -v)
+#   LIGHTNING_XPU_EXPECT  xpu or cpu: the device the Trainer's banner must show (default: cpu for a module or setup
+#                 script whose name ends in -cpu, else xpu)
+#   LIGHTNING_XPU_REPO  this clone, where a job script run from elsewhere (a scheduler's copy) finds this file
 
 lxpu_job_say() { printf '%s: %s\n' "$LXPU_JOB_NAME" "$*"; }
 lxpu_job_die() { printf '%s: %s\n' "$LXPU_JOB_NAME" "$*" >&2; exit 2; }

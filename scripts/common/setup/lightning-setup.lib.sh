@@ -99,16 +99,9 @@ _lxpu_setup() {
     entries="${entries#:}"
     PATH="${entries%:}"
   fi
-  case ":${PATH:-}:" in
-    *":$root/bin:"*) ;;
-    *) PATH="$root/bin${PATH:+:$PATH}" ;;
-  esac
+  [[ ":${PATH:-}:" == *":$root/bin:"* ]] || PATH="$root/bin${PATH:+:$PATH}"
   export PATH
-  if [ -d "$root/conda-meta" ]; then
-    export CONDA_PREFIX="$root"
-  else
-    export VIRTUAL_ENV="$root"
-  fi
+  if [ -d "$root/conda-meta" ]; then export CONDA_PREFIX="$root"; else export VIRTUAL_ENV="$root"; fi
   export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$tag"  # pip install --user in a conda environment
   export LIGHTNING_XPU_ROOT="$root"
   # The environment's pins bind every pip and uv install (lxpu_engine/pins.py); a percent-encoded file: URL,
@@ -120,10 +113,7 @@ _lxpu_setup() {
   # The user's writable layer (`lightning-xpu user-env`): its bin/ first, and the venv pip and uv install into.
   layer="${LIGHTNING_XPU_USER_BASE:-$HOME/.local/lightning-xpu}/$tag"
   if [ -f "$layer/pyvenv.cfg" ]; then
-    case ":$PATH:" in
-      *":$layer/bin:"*) ;;
-      *) PATH="$layer/bin:$PATH" ;;
-    esac
+    [[ ":$PATH:" == *":$layer/bin:"* ]] || PATH="$layer/bin:$PATH"
     export VIRTUAL_ENV="$layer"
   fi
   # shellcheck source=/dev/null
