@@ -75,7 +75,7 @@ def training_command(ranks: int, nodes: int, args: list[str]) -> list[str]:
 
 def launch(ranks: int, cores: int, nodes: int, args: list[str], launcher: list[str]) -> int:
     # CORES is what each rank is bound to: its own threads get them; PyTorch gives each DataLoader worker one.
-    os.environ.setdefault("OMP_NUM_THREADS", str(cores))
+    os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(cores)
     say(f"threads: {cores} cores per rank, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; DataLoader num_workers"
         f" up to {max(cores - 2, 0)}")
     command = [*launcher, *training_command(ranks, nodes, args)]
@@ -92,8 +92,8 @@ def launch(ranks: int, cores: int, nodes: int, args: list[str], launcher: list[s
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
             out.write(chunk)
-    if child.returncode:
-        return child.returncode
+    if child.returncode:  # the launcher's status, as a shell reports it (128 + N for a signal)
+        return child.returncode if child.returncode > 0 else 128 - child.returncode
     say(check_device(log))
     return 0
 

@@ -8,6 +8,7 @@ first."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -84,3 +85,14 @@ def test_a_log_without_banner_fails_both(tmp_path: Path) -> None:
     log.write_text("Traceback (most recent call last):\n")
     assert verdicts(log) == {"xpu": False, "cpu": False}
     assert "no Trainer banner" in check(log, "cpu").stderr
+
+
+def test_a_failed_launch_ends_the_job_with_its_status_before_any_device_check(tmp_path: Path) -> None:
+    """The launcher's exit status is the job's (as under the shell's pipefail), a signal as 128 + N."""
+    (tmp_path / "train.py").write_text("")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LXPU_JOB_NAME": "job"}
+    for launcher, status in ((["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -TERM $$"], 143)):
+        done = subprocess.run([sys.executable, "-m", "lightning_xpu.report.job", "launch", "1", "1", "1", "0",
+                               *launcher], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == status and "device check" not in done.stdout + done.stderr, done.stdout
+        assert "job: launch: sh -c" in done.stdout and (tmp_path / f"lxpu-train-{os.getpid()}.log").exists()
