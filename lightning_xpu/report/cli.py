@@ -162,6 +162,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     summary = report.summary()
     where = f"{json_path} and {markdown_path}" if markdown_path else str(json_path)
     print(f"validate: {summary[PASS]} passed, {summary[FAIL]} failed, {summary[SKIP]} skipped; report: {where}")
+    if args.level == "site":  # the site report goes back to the project
+        print(f"validate: send {markdown_path} back with the 'Validation report' issue template"
+              " (.github/ISSUE_TEMPLATE/validation-report.md), the JSON attached")
     return 0 if report.ok else 1
 
 

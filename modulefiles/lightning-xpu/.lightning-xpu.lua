@@ -1,25 +1,15 @@
 -- lightning-xpu modulefile body: the code of every lightning-xpu/<tag> modulefile, which holds only its data.
--- Written by hand; the install writes the per-tag modulefiles (lxpu_engine/tagfiles.py) and copies this next to them.
--- One piece of code for every tag: an edit here changes every modulefile of a prefix once an install copies it.
---
--- Relocatable: the install job copies each modulefile verbatim to <prefix>/modulefiles/lightning-xpu/<tag>.lua
--- and this body next to it as .lightning-xpu.lua (temp file + rename each); Lmod offers no file whose name starts
--- with a dot as a module. The environment is <prefix>/<tag>. The site-specific parts are data in the environment,
--- written by the install job: lightning-xpu-site-modules.txt (modules to load, one per line) and
--- lightning-xpu-site.sh (export NAME="${NAME:-value}" lines, read with source_sh so `module unload` reverts them
--- exactly).
---
--- A modulefile runs this file with Lmod's loadfile in its own sandbox (the same Lmod functions) and passes its
--- data table:
---   contract     the body contract the modulefile was rendered for (CONTRACT below)
---   tag, minor, variant, variant_description, torch, lightning, python, backend, notes
---   siblings     the tags of this minor (the variant guard)
---   install_job  the install job's file name (install_lightning_<minor>.sh), for the hints
---   legacy       (optional; only a legacy recipe's modulefiles have it) the one line printed at each load
--- One body serves every tag of a prefix, and their install jobs may come from different checkouts: bump CONTRACT
--- (recipes/render.py reads it and renders it into every modulefile) with any change to the fields or their
--- meaning; a modulefile of another contract then stops with one line naming the fix. The contract check reads
--- only contract, tag, variant and install_job: keep those four as they are.
+-- The install writes <prefix>/modulefiles/lightning-xpu/<tag>.lua (lxpu_engine/tagfiles.py) and copies this file
+-- next to them as .lightning-xpu.lua (Lmod offers no dot file as a module). The environment is <prefix>/<tag>;
+-- its site parts are data the install wrote into it: lightning-xpu-site-modules.txt (modules to load, one per
+-- line) and lightning-xpu-site.sh (export NAME="${NAME:-value}" lines, read with source_sh so that `module unload`
+-- reverts them exactly). A modulefile runs this file with Lmod's loadfile and passes its data table: contract, tag,
+-- minor, variant, variant_description, torch, lightning, python, backend, notes, siblings (the tags of this minor),
+-- install_job (for the hints) and, for a legacy recipe only, legacy (the line printed at each load).
+-- One body serves every tag of a prefix, whose install jobs may come from different checkouts: bump CONTRACT
+-- (recipes/render.py renders it into every modulefile) with any change to the fields or their meaning; a
+-- modulefile of another contract then stops with one line naming the fix, reading only contract, tag, variant and
+-- install_job: keep those four as they are.
 local CONTRACT = 1
 
 local data = ...
@@ -47,11 +37,8 @@ help("lightning-xpu " .. tag .. ": PyTorch " .. data.torch .. " (" .. data.varia
   .. "(or uv pip install X): they go to your layer, $HOME/.local/lightning-xpu/" .. tag .. ", within this version's pins.\n"
   .. (data.notes ~= "" and data.notes .. "\n" or ""))
 
--- A legacy recipe (it pins a package upstream discontinued: recipes/matrix.toml [discontinued]) says so once per
--- load, naming the recipe to move to.
-if mode() == "load" and data.legacy then
-  LmodMessage(data.legacy)
-end
+-- A legacy recipe (recipes/matrix.toml [discontinued]) names the recipe to move to at each load.
+if mode() == "load" and data.legacy then LmodMessage(data.legacy) end
 
 whatis("Name: lightning-xpu")
 whatis("Version: " .. tag)
@@ -61,9 +48,7 @@ family("lightning_xpu")
 extensions("torch/" .. data.torch .. ", lightning/" .. data.lightning)
 
 -- Paths in hints, single-quoted for the shell (a prefix may contain spaces).
-local function quoted(path)
-  return "'" .. path:gsub("'", "'\\''") .. "'"
-end
+local function quoted(path) return "'" .. path:gsub("'", "'\\''") .. "'" end
 local modfile = myFileName()
 local prefix = modfile:match("^(.*)/modulefiles/lightning%-xpu/[^/]+%.lua$")
 if not prefix then
@@ -71,10 +56,9 @@ if not prefix then
     .. "(as the install job puts it), not at " .. quoted(modfile))
 end
 
--- Variant guard (issue 14). `module load lightning-xpu/<ver>` loads exactly
--- <ver>: Lmod 8.6 matches a version by prefix, so lightning-xpu/<minor> would load this <variant> build
--- when no other <minor> is installed; refuse that and name the exact module and the installed variants
--- (a load without a version, or by its full name, is Lmod's choice and passes).
+-- Variant guard (issue 14): Lmod 8.6 matches a version by prefix, so lightning-xpu/<minor> would load this
+-- <variant> build when no other <minor> is installed; refuse that, naming the installed variants (a load without
+-- a version, or by its full name, is Lmod's choice and passes).
 if mode() == "load" then
   local asked = myModuleUsrName():match("^[^/]+/(.+)$")
   if asked and asked ~= tag and asked ~= "default" and asked ~= "latest" then
@@ -95,11 +79,10 @@ if mode() == "load" then
 end
 
 local root = pathJoin(prefix, tag)
--- BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
--- resolve <prefix>/<tag> now to the ONE immutable build it points to (.envs/<tag>.<build-id>), so a rebuild
--- during the job changes nothing for it, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps
--- installs, --prune and --uninstall from removing that build while this job or shell lives: in bash and zsh the
--- shell (and every process it starts) holds a shared flock on it, which the installer tests.
+-- BEGIN build pinning and lease (docs/architecture.md "Install layout"; lxpu_engine/leases.py): resolve
+-- <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this job, and
+-- record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and --uninstall from removing
+-- that build while the job or shell lives (in bash and zsh the shell and its children hold a shared flock on it).
 do
   local function follow(path)
     for _ = 1, 8 do
@@ -117,36 +100,24 @@ do
     root = follow(root)
   end
   local build = root:match("/%.envs/([^/]+)$")
-  if mode() == "unload" and (myShellName() == "bash" or myShellName() == "zsh") then
+  local holds_fd = myShellName() == "bash" or myShellName() == "zsh"
+  if mode() == "unload" and holds_fd then
     execute{cmd = "[ -z \"${__lxpu_lease_fd:-}\" ] || { exec {__lxpu_lease_fd}<&-; unset __lxpu_lease_fd; }",
       modeA = {"unload"}}
   end
   if mode() == "load" and build and isFile(pathJoin(root, "bin/python")) then
     local function first_line(path)
       local f = io.open(path, "r")
-      if not f then return nil end
-      local line = f:read("*l")
-      f:close()
+      local line = f and f:read("*l")
+      if f then f:close() end
       return line
     end
-    local function stat_fields(pid) -- the fields of /proc/<pid>/stat after "(comm)", from "state" on
-      local fields = {}
-      for word in ((first_line("/proc/" .. pid .. "/stat") or ""):match("%) (.*)$") or ""):gmatch("%S+") do
-        fields[#fields + 1] = word
-      end
-      return fields
-    end
     local host = first_line("/proc/sys/kernel/hostname") or "unknown-host"
-    local job, name, pid = "", nil, stat_fields("self")[4] or "" -- outside a scheduler: the session leader
-    if os.getenv("SLURM_JOB_ID") then
-      job = "slurm:" .. os.getenv("SLURM_JOB_ID")
-      name = "slurm-" .. os.getenv("SLURM_JOB_ID")
-    elseif os.getenv("PBS_JOBID") then
-      job = "pbs:" .. os.getenv("PBS_JOBID")
-      name = "pbs-" .. os.getenv("PBS_JOBID")
-    else
-      name = "pid-" .. pid
-    end
+    -- outside a scheduler the lease is the session leader's (field 6 of /proc/self/stat, after "(comm)")
+    local pid = (first_line("/proc/self/stat") or ""):match("%) %S+ %S+ %S+ (%S+)") or ""
+    local scheduler = os.getenv("SLURM_JOB_ID") and "slurm" or os.getenv("PBS_JOBID") and "pbs"
+    local id = scheduler and os.getenv(scheduler == "slurm" and "SLURM_JOB_ID" or "PBS_JOBID")
+    local job, name = scheduler and scheduler .. ":" .. id or "", scheduler and scheduler .. "-" .. id or "pid-" .. pid
     local leases = pathJoin(prefix, ".leases")
     if not isDir(leases) then lfs.mkdir(leases) end
     local lease = pathJoin(leases, build .. "@" .. host .. "." .. name)
@@ -156,7 +127,7 @@ do
         .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\nuser=" .. (os.getenv("USER") or "")
         .. "\ncreated=" .. os.time() .. "\nwhat=module\n")
       f:close()
-      if myShellName() == "bash" or myShellName() == "zsh" then
+      if holds_fd then
         execute{cmd = "{ chmod go-w " .. quoted(lease) .. " && exec {__lxpu_lease_fd}<" .. quoted(lease)
           .. " && flock -s \"$__lxpu_lease_fd\" && echo held=flock >>" .. quoted(lease) .. "; } 2>/dev/null || :",
           modeA = {"load"}}
@@ -180,26 +151,19 @@ if mode() == "load" then
   end
 end
 
--- Site prerequisite modules, one per line (may be empty). Missing file = none (e.g. unload after removal).
+-- Site prerequisite modules, one per line; no file: none (e.g. unload after removal).
 local modules_file = io.open(pathJoin(root, "lightning-xpu-site-modules.txt"), "r")
 if modules_file then
   for line in modules_file:lines() do
     local name = line:match("^%s*([^%s#]%S*)%s*$")
-    if name then
-      depends_on(name)
-    end
+    if name then depends_on(name) end
   end
   modules_file:close()
 end
 
 prepend_path("PATH", pathJoin(root, "bin"))
-if isDir(pathJoin(root, "conda-meta")) then
-  pushenv("CONDA_PREFIX", root)
-else
-  pushenv("VIRTUAL_ENV", root)
-end
--- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user; there the
--- user layer below is the place).
+pushenv(isDir(pathJoin(root, "conda-meta")) and "CONDA_PREFIX" or "VIRTUAL_ENV", root)
+-- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user).
 pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
 -- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
 local constraints = pathJoin(root, "share/lightning-xpu/constraints.txt")
@@ -209,8 +173,7 @@ if isFile(constraints) then
   setenv("PIP_CONSTRAINT", url)
   setenv("UV_CONSTRAINT", url)
 end
--- The user's writable layer over this environment, where it exists (`lightning-xpu user-env` makes it;
--- lightning_xpu/report/userenv.py): its bin/ first, and the venv pip and uv install into.
+-- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py): its bin/ first.
 local user_layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
   or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)
 if isFile(pathJoin(user_layer, "pyvenv.cfg")) then
@@ -219,17 +182,12 @@ if isFile(pathJoin(user_layer, "pyvenv.cfg")) then
 end
 pushenv("LIGHTNING_XPU_ROOT", root)
 
--- The site variables (only where the user has not set them). source_sh runs bash on the command string, so
--- the path is single-quoted (a prefix may contain spaces).
+-- The site variables (only where the user has not set them); source_sh runs bash on the quoted path.
 source_sh("bash", quoted(site_env))
 
--- Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch the shell to a
--- node-local copy of this environment on every node of the job once loaded (lightning-xpu-stage --help; any
--- failure: the shared one, with a warning); outside a job the command says in one line why nothing was staged.
--- Unloading does not undo the switch: end the job script instead.
-if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" then
-  local stage = pathJoin(root, "bin/lightning-xpu-stage")
-  if isFile(stage) then
-    execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
-  end
+-- Node-local staging (issue 15, lightning-xpu-stage --help): with LIGHTNING_XPU_STAGE=1, switch a job's shell
+-- to node-local copies. Unloading does not undo the switch: end the job script instead.
+local stage = pathJoin(root, "bin/lightning-xpu-stage")
+if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" and isFile(stage) then
+  execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
 end

@@ -1,89 +1,57 @@
 #!/usr/bin/env bash
-# lightning-xpu site validation job: the body shared by every site's <prefix>/validate_lightning.sh.
-# Loads an installed lightning-xpu (setup script, module, or a given Python), then runs
+# lightning-xpu site validation job: the body shared by every site's <prefix>/validate_lightning.sh, which the
+# install writes with the site's defaults (lxpu_engine/tagfiles.py). Loads an installed lightning-xpu, then runs
 # `python -m lightning_xpu validate` once, on the first node of the allocation; the checks that need several
-# processes start them themselves (over all local tiles, and through srun or mpiexec over the allocation).
-# Writes a JSON report (schema: lightning_xpu/report/schema.json) and a Markdown one. Exit status: 0 when no
-# check failed, 1 when one failed, 2 for bad arguments.
+# processes start them themselves. Exit status: 0 when no check failed, 1 when one failed, 2 for bad arguments.
 set -euo pipefail
 
 prog=validate_lightning.sh
 usage() {
-  cat <<EOF
+  cat <<EOF2
 Usage: $prog [--prefix DIR --tag TAG | --setup FILE | --module NAME [--modulepath DIR] | --python PYTHON]
              [--nodes N] [--devices N] [--launchers LIST] [--only CHECKS] [--out DIR]
 
-Runs the lightning-xpu site validation checks in an installed environment and writes
-<out>/validation.json and <out>/validation.md. Send the Markdown back through the repository's
-"Validation report" issue template (.github/ISSUE_TEMPLATE/validation-report.md).
+Runs the lightning-xpu site validation checks in an installed environment and writes <out>/validation.json and
+<out>/validation.md. Send the Markdown back through the repository's "Validation report" issue template
+(.github/ISSUE_TEMPLATE/validation-report.md).
 
-Which environment (one of):
-  --prefix DIR --tag TAG  source DIR/lightning-setup-TAG.sh (TAG: 2.13, 2.13-cpu, ...; prefix default:
-                          $prefix)
+  --prefix DIR --tag TAG  source DIR/lightning-setup-TAG.sh (TAG: 2.13, 2.13-cpu, ...; prefix default: $prefix)
   --setup FILE            source this setup script
   --module NAME           module load NAME (e.g. lightning-xpu/2.13), after 'module use DIR' if --modulepath
   --python PYTHON         use this Python as it is (lightning_xpu importable); loads nothing
-
-Checks:
   --nodes N               nodes to use, 1 or 2 (default: the allocation's, at most 2)
   --devices N             devices (tiles) per node (default: all visible)
   --launchers LIST        site launchers for the launched checks (default: $launchers)
   --only CHECKS           comma-separated check names (python -m lightning_xpu validate --list)
   --out DIR               report directory (default: ./lightning-xpu-validation-<job id or date>)
-  -h, --help              this help
-
-The site job the install writes (<prefix>/validate_lightning.sh) passes the site's defaults first:
-  --site-prefix DIR, --site-launchers LIST (recipes/sites/<site>.toml default_prefix, [validation] launchers).
-EOF
+The site's job passes its defaults first: --site-prefix DIR --site-launchers LIST (recipes/sites/<site>.toml).
+EOF2
 }
-
 die() {
   echo "$prog: $*" >&2
   exit 2
 }
 
-prefix="$HOME/lightning-xpu"
-tag="" setup="" module_name="" modulepath="" python="" nodes="" devices="" only="" out=""
-launchers=srun,mpiexec
+prefix="$HOME/lightning-xpu" launchers=srun,mpiexec
+tag="" setup="" module="" modulepath="" python="" nodes="" devices="" only="" out=""
 while [ "$#" -gt 0 ]; do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --prefix | --site-prefix | --tag | --setup | --module | --modulepath | --python | --nodes | --devices | \
-      --launchers | --site-launchers | --only | --out)
-      [ "$#" -ge 2 ] || die "$1 needs a value (see --help)"
-      case "$1" in
-        --prefix | --site-prefix) prefix="$2" ;;
-        --tag) tag="$2" ;;
-        --setup) setup="$2" ;;
-        --module) module_name="$2" ;;
-        --modulepath) modulepath="$2" ;;
-        --python) python="$2" ;;
-        --nodes) nodes="$2" ;;
-        --devices) devices="$2" ;;
-        --launchers | --site-launchers) launchers="$2" ;;
-        --only) only="$2" ;;
-        --out) out="$2" ;;
-      esac
-      shift 2
-      ;;
+      --launchers | --site-launchers | --only | --out) [ "$#" -ge 2 ] || die "$1 needs a value (see --help)" ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
+  name="${1#--}"
+  printf -v "${name#site-}" '%s' "$2"  # --site-X: the site's default for --X, given first
+  shift 2
 done
 
 chosen=0
-for given in "$tag" "$setup" "$module_name" "$python"; do
-  [ -z "$given" ] || chosen=$((chosen + 1))
-done
+for given in "$tag" "$setup" "$module" "$python"; do [ -z "$given" ] || chosen=$((chosen + 1)); done
 [ "$chosen" -eq 1 ] || die "give exactly one of --tag (with --prefix), --setup, --module or --python"
-case "${nodes:-1}" in
-  1 | 2) ;;
-  *) die "--nodes must be 1 or 2, got '$nodes'" ;;
-esac
-if [ -n "$devices" ]; then
-  case "$devices" in *[!0-9]* | 0) die "--devices must be a positive number, got '$devices'" ;; esac
-fi
+case "${nodes:-1}" in 1 | 2) ;; *) die "--nodes must be 1 or 2, got '$nodes'" ;; esac
+case "${devices:-1}" in *[!0-9]* | 0) die "--devices must be a positive number, got '$devices'" ;; esac
 
-# The environment.
 if [ -n "$tag" ]; then
   setup="$prefix/lightning-setup-$tag.sh"
   [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): give --prefix, or install it first"
@@ -93,24 +61,18 @@ if [ -n "$setup" ]; then
   # shellcheck source=/dev/null
   source "$setup"
   python=python
-elif [ -n "$module_name" ]; then
+elif [ -n "$module" ]; then
   declare -F module >/dev/null 2>&1 || die "no 'module' command in this shell: use --setup or --tag instead"
-  if [ -n "$modulepath" ]; then
-    module use "$modulepath"
-  fi
-  module load "$module_name" || die "'module load $module_name' failed (see the message above)"
+  [ -z "$modulepath" ] || module use "$modulepath"
+  module load "$module" || die "'module load $module' failed (see the message above)"
   python=python
 fi
 command -v "$python" >/dev/null 2>&1 || die "no Python '$python'"
 
 # The allocation: nodes from the scheduler (at most 2), the report next to where the job was submitted.
 if [ -z "$nodes" ]; then
-  nodes=1
-  if [ -n "${SLURM_JOB_NUM_NODES:-}" ]; then
-    nodes="$SLURM_JOB_NUM_NODES"
-  elif [ -n "${PBS_NODEFILE:-}" ] && [ -f "$PBS_NODEFILE" ]; then
-    nodes="$(sort -u "$PBS_NODEFILE" | wc -l)"
-  fi
+  nodes="${SLURM_JOB_NUM_NODES:-1}"
+  [ -n "${SLURM_JOB_NUM_NODES:-}" ] || [ ! -f "${PBS_NODEFILE:-}" ] || nodes="$(sort -u "$PBS_NODEFILE" | wc -l)"
   [ "$nodes" -le 2 ] || nodes=2
 fi
 job="${SLURM_JOB_ID:-${PBS_JOBID:-$(date +%Y%m%d-%H%M%S)}}"
@@ -121,10 +83,4 @@ args=(validate --nodes "$nodes" --launchers "$launchers" --json "$out/validation
 [ -z "$devices" ] || args+=(--devices "$devices")
 [ -z "$only" ] || args+=(--only "$only")
 echo "$prog: $("$python" -c 'import sys; print(sys.executable)'), $nodes node(s); report in $out"
-rc=0
-"$python" -m lightning_xpu "${args[@]}" || rc=$?
-if [ "$rc" -le 1 ]; then
-  echo "$prog: send $out/validation.md back with the 'Validation report' issue template" \
-    "(.github/ISSUE_TEMPLATE/validation-report.md), the JSON attached"
-fi
-exit "$rc"
+exec "$python" -m lightning_xpu "${args[@]}"

@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# A workstation (one or more Intel Arc cards, no scheduler): Lightning starts one process per card itself.
-#
-# Run it from the directory that holds your train.py:
-#   bash "$LIGHTNING_XPU_REPO/scripts/generic/train_workstation.sh" [ARGS for train.py]
-# It runs: python train.py --devices <cards> --num-nodes 1 [ARGS], cards being LIGHTNING_XPU_DEVICES (default 1);
-# with 2 or more, Lightning's DDP starts the other processes. The cores are shared out between them
-# (OMP_NUM_THREADS). It fails unless the Trainer's banner says it used the XPU.
-# Defaults: the setup script ~/lightning-xpu/lightning-setup-2.13.sh (no Lmod needed); the LIGHTNING_XPU_*
-# variables listed in scripts/common/job.sh change it.
+# A workstation (one or more Intel Arc cards, no scheduler): Lightning starts one process per card itself. Run
+# it from the directory of your train.py: bash "$LIGHTNING_XPU_REPO/scripts/generic/train_workstation.sh" [ARGS]
+# It runs python train.py --devices <LIGHTNING_XPU_DEVICES, default 1> --num-nodes 1 [ARGS], the cores shared out
+# (OMP_NUM_THREADS), and fails unless the Trainer used the XPU. Settings: the LIGHTNING_XPU_* variables listed in
+# scripts/common/job.sh (default setup script ~/lightning-xpu/lightning-setup-2.13.sh: no Lmod needed).
 set -euo pipefail
 : "${LIGHTNING_XPU_SETUP:=$HOME/lightning-xpu/lightning-setup-2.13.sh}" "${LIGHTNING_XPU_DEVICES:=1}"
 # shellcheck source=scripts/common/job.sh

@@ -1,5 +1,6 @@
-"""The job scripts' device check (scripts/common/job.sh, `lxpu_job_check_device`) against the banner the Trainer
-really prints: on simulated XPU with accelerator="xpu" and "cpu", and on this CPU machine without simulation.
+"""The job scripts' device check (lightning_xpu/report/job.py, run by scripts/common/job.sh) against the banner
+the Trainer really prints: on simulated XPU with accelerator="xpu" and "cpu", and on
+this CPU machine without simulation.
 
 If the banner's wording changes, the job scripts would fail every XPU job (or pass a CPU one): this test breaks
 first."""
@@ -7,7 +8,9 @@ first."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,6 @@ from lightning_grid import TRAINERS, build
 import lightning_xpu  # noqa: F401  (applies the patches)
 
 REPO = Path(__file__).resolve().parents[2]
-LIBRARY = REPO / "scripts" / "common" / "job.sh"
 PACKAGES = [api.values[1] for api in TRAINERS]
 
 
@@ -36,10 +38,9 @@ def banner_file(tmp_path: Path) -> Iterator[Path]:
 
 
 def check(log: Path, expect: str) -> subprocess.CompletedProcess[str]:
-    script = 'source "$1"; lxpu_job_check_device "$2"'
     return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script, "check", str(LIBRARY), str(log)],
-        env={"PATH": "/usr/bin:/bin", "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
+        [sys.executable, "-m", "lightning_xpu.report.job", "check", str(log)],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
         capture_output=True,
         text=True,
         timeout=30,
@@ -84,3 +85,14 @@ def test_a_log_without_banner_fails_both(tmp_path: Path) -> None:
     log.write_text("Traceback (most recent call last):\n")
     assert verdicts(log) == {"xpu": False, "cpu": False}
     assert "no Trainer banner" in check(log, "cpu").stderr
+
+
+def test_a_failed_launch_ends_the_job_with_its_status_before_any_device_check(tmp_path: Path) -> None:
+    """The launcher's exit status is the job's (as under the shell's pipefail), a signal as 128 + N."""
+    (tmp_path / "train.py").write_text("")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LXPU_JOB_NAME": "job"}
+    for launcher, status in ((["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -TERM $$"], 143)):
+        done = subprocess.run([sys.executable, "-m", "lightning_xpu.report.job", "launch", "1", "1", "1", "0",
+                               *launcher], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == status and "device check" not in done.stdout + done.stderr, done.stdout
+        assert "job: launch: sh -c" in done.stdout and (tmp_path / f"lxpu-train-{os.getpid()}.log").exists()

@@ -1,16 +1,10 @@
 # shellcheck shell=bash
-# lightning-setup.lib.sh: the code of every setup script lightning-setup-<tag>.sh, which holds only its data.
-# Written by hand; the install writes the setup scripts (lxpu_engine/tagfiles.py). One piece of code
-# for every tag: the install job copies it to <prefix>/.lightning-setup.lib.sh, next to the setup scripts (temp
-# file + rename). Do not source it yourself: a setup script sources it with its data,
-#   . <dir>/.lightning-setup.lib.sh CONTRACT TAG INSTALL_JOB VARIANT
-# and the library sets up <dir>/<TAG> (see a setup script for what it sets). It never changes shell options and
-# leaves no function or variable behind besides what it exports.
-#
-# One library serves every tag of a prefix, and their install jobs may come from different checkouts: bump the
-# contract (recipes/render.py reads the line `local contract=N` and renders it into every setup script) with any
-# change to the arguments or their meaning; a setup script of another contract then stops with one line naming
-# the fix. The contract check reads only CONTRACT, TAG, INSTALL_JOB and VARIANT: keep those four as they are.
+# lightning-setup.lib.sh: the code of every setup script lightning-setup-<tag>.sh, which holds only its data and
+# runs `. <prefix>/.lightning-setup.lib.sh CONTRACT TAG INSTALL_JOB VARIANT` (the install writes both,
+# lxpu_engine/tagfiles.py). It sets up <prefix>/<TAG>, never changes shell options and leaves no function or
+# variable behind besides what it exports. One library serves every tag of a prefix, whose install jobs may come
+# from different checkouts: bump the contract (recipes/render.py reads the line `local contract=N`) with any change
+# to the arguments or their meaning; the check reads only CONTRACT, TAG, INSTALL_JOB and VARIANT: keep those four.
 
 if [ "${BASH_SOURCE[1]:-}" = "$0" ]; then
   echo "${BASH_SOURCE[1]##*/}: source this file (source ${BASH_SOURCE[1]}), do not run it" >&2
@@ -19,15 +13,16 @@ fi
 
 _lxpu_setup_contract() {
   local contract=1
+  local here
   if [ "$#" -lt 4 ]; then
     echo "${BASH_SOURCE[0]##*/}: source a setup script (lightning-setup-<tag>.sh next to it), not this library" >&2
     return 1
   fi
   [ "$1" = "$contract" ] && return 0
+  here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
   echo "lightning-setup-$2.sh: this setup script was rendered for setup library contract $1, but" \
-    "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)/${BASH_SOURCE[0]##*/} has contract $contract" \
-    "(an install from another checkout wrote it): rerun $3 --variant $4 --prefix" \
-    "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) from the checkout that installed the other versions here" >&2
+    "$here/${BASH_SOURCE[0]##*/} has contract $contract (an install from another checkout wrote it): rerun $3" \
+    "--variant $4 --prefix $here from the checkout that installed the other versions here" >&2
   return 1
 }
 
@@ -50,10 +45,8 @@ _lxpu_setup() {
   local target hops lease_dir host lease job fd
   here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd) || return 1
   root="$here/$tag"
-  # BEGIN build pinning and lease (docs/architecture.md "Install layout"; scripts/common/install/lxpu_engine/leases.py):
-  # resolve <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this
-  # shell, and record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and
-  # --uninstall from removing that build while this job (or, outside a scheduler, this shell) lives.
+  # BEGIN build pinning and lease (as in the modulefile body; lxpu_engine/leases.py): pin the ONE build
+  # <prefix>/<tag> points to now, and lease it while this job (outside a scheduler, this shell) lives.
   hops=0
   while [ -L "$root" ] && [ "$hops" -lt 8 ]; do
     target=$(readlink -- "$root") || break
@@ -63,8 +56,7 @@ _lxpu_setup() {
   if [ "${root%/*}" = "$here/.envs" ] && [ -x "$root/bin/python" ]; then
     lease_dir="$here/.leases"
     host=$(cat /proc/sys/kernel/hostname 2>/dev/null || uname -n)
-    job=""
-    lease="pid-$$"
+    job="" lease="pid-$$"
     if [ -n "${SLURM_JOB_ID:-}" ]; then
       job="slurm:$SLURM_JOB_ID" lease="slurm-$SLURM_JOB_ID"
     elif [ -n "${PBS_JOBID:-}" ]; then
@@ -86,7 +78,7 @@ _lxpu_setup() {
     return 1
   fi
 
-  # Site prerequisite modules (one per line; none on most sites). Loading one twice is a no-op in Lmod.
+  # Site prerequisite modules (one per line; none on most sites).
   modules_file="$root/lightning-xpu-site-modules.txt"
   if [ -s "$modules_file" ]; then
     if declare -F module >/dev/null 2>&1; then
@@ -107,49 +99,34 @@ _lxpu_setup() {
     entries="${entries#:}"
     PATH="${entries%:}"
   fi
-  case ":${PATH:-}:" in
-    *":$root/bin:"*) ;;
-    *) PATH="$root/bin${PATH:+:$PATH}" ;;
-  esac
+  [[ ":${PATH:-}:" == *":$root/bin:"* ]] || PATH="$root/bin${PATH:+:$PATH}"
   export PATH
-  if [ -d "$root/conda-meta" ]; then
-    export CONDA_PREFIX="$root"
-  else
-    export VIRTUAL_ENV="$root"
-  fi
+  if [ -d "$root/conda-meta" ]; then export CONDA_PREFIX="$root"; else export VIRTUAL_ENV="$root"; fi
   export PYTHONUSERBASE="$HOME/.local/lightning-xpu/$tag"  # pip install --user in a conda environment
   export LIGHTNING_XPU_ROOT="$root"
-  # The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
-  # As a file: URL, percent-encoded: both variables are lists split at white space (a prefix may have spaces).
+  # The environment's pins bind every pip and uv install (lxpu_engine/pins.py); a percent-encoded file: URL,
+  # since both variables are lists split at white space.
   if [ -f "$root/share/lightning-xpu/constraints.txt" ]; then
     PIP_CONSTRAINT="$(_lxpu_file_url "$root/share/lightning-xpu/constraints.txt")"
     export PIP_CONSTRAINT UV_CONSTRAINT="$PIP_CONSTRAINT"
   fi
-  # The user's writable layer over this environment, where it exists (`lightning-xpu user-env` makes it;
-  # lightning_xpu/report/userenv.py): its bin/ first, and the venv pip and uv install into.
+  # The user's writable layer (`lightning-xpu user-env`): its bin/ first, and the venv pip and uv install into.
   layer="${LIGHTNING_XPU_USER_BASE:-$HOME/.local/lightning-xpu}/$tag"
   if [ -f "$layer/pyvenv.cfg" ]; then
-    case ":$PATH:" in
-      *":$layer/bin:"*) ;;
-      *) PATH="$layer/bin:$PATH" ;;
-    esac
+    [[ ":$PATH:" == *":$layer/bin:"* ]] || PATH="$layer/bin:$PATH"
     export VIRTUAL_ENV="$layer"
   fi
   # shellcheck source=/dev/null
   . "$root/lightning-xpu-site.sh"
   hash -r
 
-  # Node-local staging (issue 15): with LIGHTNING_XPU_STAGE=1 inside a Slurm or PBS job, switch to a node-local
-  # copy of this environment on every node of the job (lightning-xpu-stage --help; any failure: the shared one);
-  # outside a job the command says in one line why nothing was staged.
+  # Node-local staging (issue 15, lightning-xpu-stage --help).
   if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -x "$root/bin/lightning-xpu-stage" ]; then
     eval "$("$root/bin/lightning-xpu-stage" --shell-if-job)"
   fi
 }
 
-if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then
-  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
-else
-  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
-  return 1
-fi
+# The status in $1 (the arguments of `.` are restored when it returns), so that no variable is left behind.
+if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then set -- 0; else set -- 1; fi
+unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
+return "$1"
