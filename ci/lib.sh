@@ -65,6 +65,27 @@ ci_python311() {
         || ci_die "$PYTHON_BIN is not Python 3.11 (the local torch wheel is cp311): set LXPU_PYTHON_BIN to a python3.11"
 }
 
+# The slurm.conf lines both CI clusters share (ci/services/slurm.sh: one host; ci/multinode/up.sh: two): root
+# daemons, munge, no accounting, CPUs as the consumable, and no mail.
+ci_slurm_common_conf() {
+    cat <<'CONF'
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+CONF
+}
+
 # ci_help_only USAGE_FUNCTION ARGS...: for scripts whose only option is --help.
 ci_help_only() {
     local usage_fn="$1" script

@@ -48,20 +48,7 @@ write_conf() {
 $MARKER: edits are overwritten; change the script instead.
 ClusterName=lxpu-ci
 SlurmctldHost=$NODE(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-ReturnToService=2
-MailProg=/bin/true
+$(ci_slurm_common_conf)
 MinJobAge=600
 StateSaveLocation=$STATE_ROOT/ctld
 SlurmdSpoolDir=$STATE_ROOT/spool
