@@ -14,6 +14,27 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (default 6, as ALCF)")
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, variants: tuple[str, ...], repeats_help: str,
+                      timeout_help: str) -> None:
+    """The options every fitting benchmark shares, around the workload's own (add_workload_arguments)."""
+    parser.add_argument("--device", default="auto", help="auto (xpu, else cuda, else cpu), cpu, cuda or xpu")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per process; the first is warm-up (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help=f"{repeats_help} (default 3)")
+    add_workload_arguments(parser)
+    parser.add_argument("--timeout", type=float, default=900.0, help=timeout_help)
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--worker", choices=variants, help=argparse.SUPPRESS)
+
+
+def resolve_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Checks and defaults of add_run_arguments' options, once parsed."""
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the first epoch of each process is warm-up)")
+    if args.device == "auto":
+        args.device = pick_device()
+    default_samples(args)
+
+
 def workload_argv(args: argparse.Namespace) -> list[str]:
     return ["--samples", str(args.samples), "--d-model", str(args.d_model), "--heads", str(args.heads),
             "--layers", str(args.layers)]

@@ -15,28 +15,18 @@ import sys
 from typing import Any
 
 from _common import machine, print_table, rotations, run_worker, self_command, summary, worker_env, write_json
-from _workload import add_workload_arguments, default_samples, lightning_fit, pick_device, workload_argv
+from _workload import add_run_arguments, lightning_fit, resolve_run_arguments, workload_argv
 
 VARIANTS = ("lightning", "lightning_xpu")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="auto", help="auto (xpu, else cuda, else cpu), cpu, cuda or xpu")
     parser.add_argument("--devices", type=int, default=2, help="the N of the N-device run (default 2)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per process; the first is warm-up (default 3)")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh runs per configuration (default 3)")
-    add_workload_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per run")
-    parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    add_run_arguments(parser, VARIANTS, "fresh runs per configuration", "seconds allowed per run")
     parser.add_argument("--worker-devices", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.epochs < 2:
-        parser.error("--epochs must be at least 2 (the first epoch of each process is warm-up)")
-    if args.device == "auto":
-        args.device = pick_device()
-    default_samples(args)
+    resolve_run_arguments(parser, args)
     if args.worker:
         kwargs: dict[str, Any] = {"devices": args.worker_devices}
         if args.worker_devices > 1:

@@ -17,15 +17,7 @@ import time
 from typing import Any
 
 from _common import machine, print_table, rotations, run_worker, self_command, summary, worker_env, write_json
-from _workload import (
-    add_workload_arguments,
-    build,
-    default_samples,
-    lightning_fit,
-    pick_device,
-    synchronize,
-    workload_argv,
-)
+from _workload import add_run_arguments, build, lightning_fit, resolve_run_arguments, synchronize, workload_argv
 
 VARIANTS = ("raw", "lightning", "lightning_xpu")
 
@@ -67,20 +59,10 @@ def run_worker_mode(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="auto", help="auto (xpu, else cuda, else cpu), cpu, cuda or xpu")
     parser.add_argument("--precision", default="32-true", help="32-true, bf16-mixed, or both (reports bf16/fp32)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per process; the first is warm-up (default 3)")
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant (default 3)")
-    add_workload_arguments(parser)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per worker process")
-    parser.add_argument("--json", help="write the results here")
-    parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    add_run_arguments(parser, VARIANTS, "fresh processes per variant", "seconds allowed per worker process")
     args = parser.parse_args(argv)
-    if args.epochs < 2:
-        parser.error("--epochs must be at least 2 (the first epoch of each process is warm-up)")
-    if args.device == "auto":
-        args.device = pick_device()
-    default_samples(args)
+    resolve_run_arguments(parser, args)
     if args.worker:
         run_worker_mode(args)
         return 0
