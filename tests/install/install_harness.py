@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require_service
+
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "2.13"
 SITE = "generic"
@@ -51,12 +53,8 @@ def add_shared_code(prefix: Path) -> None:
 
 
 def require(available: bool, what: str) -> None:
-    """Skip without the service; under CI (LXPU_REQUIRE_SERVICES=1) fail instead."""
-    if available:
-        return
-    if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{what} is required (LXPU_REQUIRE_SERVICES=1) but missing")
-    pytest.skip(f"{what} is missing")
+    """Skip when `what` is missing, or fail when CI demands every service (LXPU_REQUIRE_SERVICES=1)."""
+    require_service(what, available, "missing")
 
 
 def slurm_up() -> bool:

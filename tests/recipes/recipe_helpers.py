@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
@@ -44,11 +43,7 @@ __all__ = [
 
 def require(available: bool, what: str) -> None:
     """Skip when `what` is missing, or fail when CI demands every service (LXPU_REQUIRE_SERVICES=1)."""
-    if available:
-        return
-    if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{what} is required (LXPU_REQUIRE_SERVICES=1) but missing")
-    pytest.skip(f"{what} is missing")
+    require_service(what, available, "missing")
 
 
 class Rendered:
