@@ -77,6 +77,16 @@ def assert_leftovers_cleaned_by_next_run(good: h.GoodInstall) -> None:
     assert not list((good.prefix / ".envs").glob(".tmp.*")), "temporary files survived the next run"
 
 
+def start_paused_job(good_install: h.GoodInstall, prebuilt: Path, tmp_path: Path) -> subprocess.Popen[str]:
+    """The install job into the good install's prefix, once it waits inside its build (paused_build_env); its
+    output is tmp_path/job.out."""
+    output = tmp_path / "job.out"
+    proc = h.start_job(good_install.job, *h.prebuilt_args(good_install.source), prefix=good_install.prefix,
+                       output=output, env=paused_build_env(prebuilt, tmp_path))
+    h.wait_for_text(output, PAUSED, proc)
+    return proc
+
+
 def test_kill_9_of_the_process_group_keeps_the_previous_install(
     good_install: h.GoodInstall, prebuilt_env: Path, tmp_path: Path
 ) -> None:
@@ -85,10 +95,7 @@ def test_kill_9_of_the_process_group_keeps_the_previous_install(
     prefix = good_install.prefix
     before = h.snapshot(prefix)
     logs = h.logs_of(prefix)
-    output = tmp_path / "job.out"
-    proc = h.start_job(good_install.job, *h.prebuilt_args(good_install.source), prefix=prefix, output=output,
-                       env=paused_build_env(prebuilt_env, tmp_path))
-    h.wait_for_text(output, PAUSED, proc)
+    proc = start_paused_job(good_install, prebuilt_env, tmp_path)
     h.kill_group(proc)
     log = h.new_log(prefix, logs)
     assert log is not None and PAUSED in log.read_text()
@@ -283,10 +290,7 @@ def test_interrupted_install_says_so_and_cleans_up(
     prefix = good_install.prefix
     before = h.snapshot(prefix)
     logs = h.logs_of(prefix)
-    output = tmp_path / "job.out"
-    proc = h.start_job(good_install.job, *h.prebuilt_args(good_install.source), prefix=prefix, output=output,
-                       env=paused_build_env(prebuilt_env, tmp_path))
-    h.wait_for_text(output, PAUSED, proc)
+    proc = start_paused_job(good_install, prebuilt_env, tmp_path)
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=120) == 143
     log = h.new_log(prefix, logs)
