@@ -14,6 +14,7 @@ from packaging.version import Version as PepVersion
 from .errors import RecipeError
 from .lightning_range import check_lightning_pin
 from .lockbind import LIGHTNING_PACKAGES
+from .tagfiles import MODULE_DIR, MODULEFILE_BODY_NAME, SETUP_LIBRARY_NAME, module_name, modulefile_name, setup_name
 from .tomldata import Table, load_toml
 
 VARIANT_NAMES = ("xpu", "cpu", "cuda")
@@ -34,9 +35,8 @@ def tag_of(minor: str, variant: str) -> str:
 
 # The code behind every thin modulefile and setup script, written by hand (a dot file: Lmod offers no module for
 # it; in a prefix the library is hidden too, since users source the setup scripts).
-MODULEFILE_BODY = "modulefiles/lightning-xpu/.lightning-xpu.lua"
+MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
 SETUP_LIBRARY = "scripts/common/setup/lightning-setup.lib.sh"
-SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,17 @@ class TagNames:
 
     @property
     def module(self) -> str:
-        return f"lightning-xpu/{self.tag}"
+        return module_name(self.tag)
 
     @property
     def modulefile(self) -> str:
         """Relative to the repository, and to an install prefix."""
-        return f"modulefiles/{self.module}.lua"
+        return modulefile_name(self.tag)
 
     @property
     def setup(self) -> str:
         """The setup script's file name (in an install prefix)."""
-        return f"lightning-setup-{self.tag}.sh"
+        return setup_name(self.tag)
 
     @property
     def conda_env(self) -> str:
@@ -72,7 +72,7 @@ class TagNames:
 
     @property
     def modulefile_body_name(self) -> str:
-        return MODULEFILE_BODY.rsplit("/", 1)[1]
+        return MODULEFILE_BODY_NAME
 
     @property
     def setup_library(self) -> str:

@@ -11,8 +11,23 @@ _ENGINE_DIR = Path(__file__).resolve().parents[2] / "scripts/common/install"
 if str(_ENGINE_DIR) not in sys.path:
     sys.path.append(str(_ENGINE_DIR))
 
-from lxpu_engine.tagfiles import VALIDATION_JOB, TagData, modulefile_text, setup_text, validation_job_text  # noqa: E402
+from lxpu_engine.tagfiles import (  # noqa: E402
+    MODULE_DIR,
+    MODULEFILE_BODY_NAME,
+    SETUP_LIBRARY_NAME,
+    VALIDATION_JOB,
+    TagData,
+    module_name,
+    modulefile_name,
+    modulefile_text,
+    setup_name,
+    setup_text,
+    validation_job_text,
+)
 
 TAGFILES = "scripts/common/install/lxpu_engine/tagfiles.py"
 
-__all__ = ["TAGFILES", "VALIDATION_JOB", "TagData", "modulefile_text", "setup_text", "validation_job_text"]
+__all__ = [
+    "MODULEFILE_BODY_NAME", "MODULE_DIR", "SETUP_LIBRARY_NAME", "TAGFILES", "VALIDATION_JOB", "TagData",
+    "module_name", "modulefile_name", "modulefile_text", "setup_name", "setup_text", "validation_job_text",
+]  # fmt: skip

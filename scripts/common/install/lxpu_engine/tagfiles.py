@@ -85,17 +85,30 @@ class TagData:
 
     @property
     def module(self) -> str:
-        return f"lightning-xpu/{self.tag}"
+        return module_name(self.tag)
 
     @property
     def modulefile_name(self) -> str:
-        """Relative to the prefix."""
-        return f"{MODULE_DIR}/{self.tag}.lua"
+        return modulefile_name(self.tag)
 
     @property
     def setup_name(self) -> str:
-        """Relative to the prefix."""
-        return f"lightning-setup-{self.tag}.sh"
+        return setup_name(self.tag)
+
+
+# The names of a tag's entry points, the one place for them (the renderer's TagNames reads them here too).
+def module_name(tag: str) -> str:
+    return f"lightning-xpu/{tag}"
+
+
+def modulefile_name(tag: str) -> str:
+    """Relative to the prefix (and to the repository)."""
+    return f"{MODULE_DIR}/{tag}.lua"
+
+
+def setup_name(tag: str) -> str:
+    """Relative to the prefix."""
+    return f"lightning-setup-{tag}.sh"
 
 
 def lua_string(value: object) -> str:
