@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_helpers import ENGINE, require, run_render
+from recipe_helpers import ENGINE, MINOR, PLAIN_SITE, load_recipes, require, run_render
 
 STUB_ENGINE = (
     "def main(data, source, argv):\n"
@@ -35,9 +35,9 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
     engine = temp_recipes / ENGINE
     engine.write_text(STUB_ENGINE)
     out = temp_recipes / "out"
-    done = run_render("render", "--torch", "2.13", "--site", "generic", "--out", str(out), repo=temp_recipes)
+    done = run_render("render", "--torch", MINOR, "--site", PLAIN_SITE, "--out", str(out), repo=temp_recipes)
     assert done.returncode == 0, done.stderr
-    jobs = out / "scripts/generic"
+    jobs = out / "scripts" / PLAIN_SITE
     submitted = subprocess.run(
         [
             "sbatch",
@@ -45,7 +45,7 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
             "--wait",
             "--chdir",
             str(jobs),
-            str(jobs / "install_lightning_2.13.sh"),
+            str(jobs / f"install_lightning_{MINOR}.sh"),
             "--dry-run",
         ],
         cwd=jobs,  # the submit directory: the spool copy finds the repository (and its engine) from there
@@ -56,6 +56,9 @@ def test_install_job_runs_under_sbatch(temp_recipes: Path) -> None:
     )
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip().split(";")[0]
-    log = (jobs / f"lxpu-install-2.13-{job_id}.log").read_text()
-    assert f"stub engine: 2.13 generic 3.11 recipes/locks/2.13-cpu.txt from {temp_recipes.resolve()}\n" in log
+    log = (jobs / f"lxpu-install-{MINOR}-{job_id}.log").read_text()
+    recipes = load_recipes(temp_recipes / "recipes")
+    python, lock = recipes.matrix.version(MINOR).python, recipes.lock_path(MINOR, "cpu")
+    lock = recipes.shown(lock) if lock.is_file() else ""
+    assert f"stub engine: {MINOR} {PLAIN_SITE} {python} {lock} from {temp_recipes.resolve()}\n" in log
     assert "args: --dry-run\n" in log
