@@ -53,16 +53,29 @@ def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo
         "docs",
         "import os\n\ndef test_required():\n    assert os.environ['LXPU_REQUIRE_SERVICES'] == '1'\n",
     )
-    result = run_stages(scratch_repo, "ci", "multinode", "benchmarks", "docs")
+    # unit: once per Lightning venv, the older ones in the background; the oldest's run fails.
+    write_test(
+        scratch_repo,
+        "runtime",
+        "import os\nfrom pathlib import Path\n\nfrom packaging.version import Version\n\n"
+        "def test_not_the_oldest():\n"
+        "    oldest = min(Path(os.environ['LXPU_VENV_DIR']).iterdir(), key=lambda venv: Version(venv.name))\n"
+        "    assert Path(os.environ['VIRTUAL_ENV']) != oldest\n",
+    )
+    venvs = len(list((scratch_repo / "build" / "venvs" / "lightning").iterdir()))
+    result = run_stages(scratch_repo, "ci", "unit", "multinode", "benchmarks", "docs")
     out = result.stdout
     assert result.returncode == 1, result.stderr
     assert "skipped: not present: tests/multinode not present" in out
     assert "--- FAILED: no tests collected by pytest tests/ci" in out
+    unit = out.split("==================== stage unit ====================", 1)[1].split("---- stage unit ", 1)
+    assert unit[0].count("--- pytest tests/runtime") == venvs and unit[0].count("--- FAILED: pytest") == 1
     summary = out.split("==================== summary ====================", 1)[1].splitlines()
-    rows = {line.split()[0]: line.split()[1] for line in summary[2:6]}
-    assert rows == {"ci": "FAILED", "multinode": "skipped", "benchmarks": "FAILED", "docs": "passed"}
-    assert summary[-1].startswith("==================== 2 passed, 1 failed in ")
-    assert "2 stage(s) failed" in result.stderr
+    rows = {line.split()[0]: line.split()[1] for line in summary[2:7]}
+    assert rows == {"ci": "FAILED", "unit": "FAILED", "multinode": "skipped", "benchmarks": "FAILED", "docs": "passed"}
+    assert f"{venvs - 1} passed, 1 failed" in next(line for line in summary if line.startswith("unit "))
+    assert summary[-1].startswith(f"==================== {venvs + 1} passed, 2 failed in ")
+    assert "3 stage(s) failed" in result.stderr
 
 
 def test_passing_stage_passes_the_run(scratch_repo: Path) -> None:
