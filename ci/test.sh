@@ -236,9 +236,13 @@ present() {
 # its own --basetemp: pytest deletes old directories of the shared /tmp/pytest-of-<user>, which would
 # pull files from under jobs of another pytest running at the same time.
 run_pytest() {
-    local venv="$1" report rc=0
-    shift
-    local run="$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))"
+    run_pytest_as "$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))" "$@"
+}
+
+# run_pytest_as RUN VENV ARGS...: run_pytest with the report named RUN.
+run_pytest_as() {
+    local run="$1" venv="$2" report rc=0
+    shift 2
     report="$RESULTS_DIR/$run.xml"
     STAGE_REPORTS+=("$report")
     printf -- '--- pytest %s (python: %s)\n' "$*" "$venv/bin/python"
@@ -251,6 +255,33 @@ run_pytest() {
         *) printf -- '--- FAILED: pytest %s exited %s\n' "$*" "$rc" ;;
     esac
     return 1
+}
+
+# A stage's pytest runs that are mostly one process on one core go side by side on CI's 2 cores.
+# beside LOG COMMAND...: COMMAND (run_pytest_as calls, one after another) in the background, its output into
+# LOG.log; finish_beside waits for every such command, shows their output and fails if any failed. The reports
+# such runs write are registered with expect_report RUN (the background shell's own list is lost).
+BESIDE_PIDS=()
+BESIDE_LOGS=()
+beside() {
+    local log="$RESULTS_DIR/$1.log"
+    shift
+    "$@" >"$log" 2>&1 &
+    BESIDE_PIDS+=("$!")
+    BESIDE_LOGS+=("$log")
+}
+expect_report() {
+    STAGE_REPORTS+=("$RESULTS_DIR/$1.xml")
+}
+finish_beside() {
+    local rc=0 index
+    for index in "${!BESIDE_PIDS[@]}"; do
+        wait "${BESIDE_PIDS[index]}" || rc=1
+        cat "${BESIDE_LOGS[index]}"
+    done
+    BESIDE_PIDS=()
+    BESIDE_LOGS=()
+    return "$rc"
 }
 
 # ---- stages: each returns non-zero on failure, or sets STAGE_SKIPPED -------------------------------
@@ -274,44 +305,44 @@ stage_recipes() {
         printf -- '--- python recipes/render.py check\n'
         "$BASE/bin/python" recipes/render.py check || rc=1
     fi
-    if [[ -d tests/recipes ]]; then
+    # test_data_only.py runs this stage again in an edited copy (one process tree, mostly one core): beside the rest.
+    if [[ -e tests/recipes/test_data_only.py ]]; then
+        expect_report "$CURRENT_STAGE-data-only"
+        beside "$CURRENT_STAGE-data-only" run_pytest_as "$CURRENT_STAGE-data-only" "$BASE" tests/recipes/test_data_only.py
+        run_pytest "$BASE" tests/recipes --ignore=tests/recipes/test_data_only.py || rc=1
+        finish_beside || rc=1
+    elif [[ -d tests/recipes ]]; then
         run_pytest "$BASE" tests/recipes || rc=1
     fi
     return "$rc"
 }
 
 stage_unit() {
-    local rc=0 versions=() version index
+    local rc=0 versions=() version
     if [[ ! -d tests/runtime ]]; then
         STAGE_SKIPPED="tests/runtime not present"
         return 0
     fi
     mapfile -t versions < <(find "$LXPU_VENV_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V)
     ((${#versions[@]})) || { printf -- '--- FAILED: no venvs in %s: run bash ci/venvs.sh\n' "$LXPU_VENV_DIR"; return 1; }
-    local newest="${versions[-1]}" older=("${versions[@]:0:${#versions[@]}-1}") log pid=""
     # The older venvs' runs are in-process tests on one core (the launches run on the newest only); the newest's is
-    # mostly launches of several processes. So the older ones run one after another beside it on CI's 2 cores,
-    # their output shown after its output.
-    if ((${#older[@]})); then
-        log="$RESULTS_DIR/$CURRENT_STAGE-older.log"
-        (
-            older_rc=0
-            for version in "${older[@]}"; do
-                run_pytest "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || older_rc=1
-            done
-            exit "$older_rc"
-        ) >"$log" 2>&1 &
-        pid=$!
-        # The reports those runs write: run_pytest numbers them from the empty list the subshell started with.
-        for index in "${!older[@]}"; do
-            STAGE_REPORTS+=("$RESULTS_DIR/$CURRENT_STAGE-$((index + 1)).xml")
-        done
-    fi
-    run_pytest "$LXPU_VENV_DIR/$newest" tests/runtime -m "$UNIT_MARKERS" || rc=1
-    if [[ -n "$pid" ]]; then
-        wait "$pid" || rc=1
-        cat "$log"
-    fi
+    # mostly launches of several processes: the older ones run beside it, one at a time.
+    local older=("${versions[@]:0:${#versions[@]}-1}")
+    for version in "${older[@]}"; do
+        expect_report "$CURRENT_STAGE-$version"
+    done
+    ((${#older[@]} == 0)) || beside "$CURRENT_STAGE-older" unit_in_venvs "${older[@]}"
+    run_pytest "$LXPU_VENV_DIR/${versions[-1]}" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    finish_beside || rc=1
+    return "$rc"
+}
+
+# unit_in_venvs VERSION...: the unit tests in each of these Lightning venvs, one after another.
+unit_in_venvs() {
+    local version rc=0
+    for version in "$@"; do
+        run_pytest_as "$CURRENT_STAGE-$version" "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    done
     return "$rc"
 }
 
