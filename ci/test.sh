@@ -59,8 +59,8 @@ and a venv with ruff alone; no service). Stages, in order (default: all):
   lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
   ci          pytest tests/ci (the services and venvs this script relies on)
   recipes     python recipes/render.py check; pytest tests/recipes
-  unit        pytest tests/runtime -m "$UNIT_MARKERS", once per Lightning venv (the older ones beside
-              the newest's run)
+  unit        pytest tests/runtime -m "$UNIT_MARKERS",
+              once per Lightning venv (the older ones beside the newest's run)
   services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
   multinode   the install job into build/ci-prefix, then pytest tests/multinode with its module
   benchmarks  pytest tests/benchmarks
