@@ -168,7 +168,20 @@ stop_started_services() {
         bash "ci/services/${STARTED[i]}.sh" stop || true
     done
 }
-trap stop_started_services EXIT
+# Runs a stage started in the background (beside, below): a script's background jobs ignore the terminal's Ctrl-C,
+# so an interrupted run ends them (and the pytest each is running) itself.
+BESIDE_PIDS=()
+BESIDE_LOGS=()
+stop_beside() {
+    local pid children
+    for pid in "${BESIDE_PIDS[@]}"; do
+        children="$(pgrep -P "$pid" || true)"
+        kill "$pid" 2>/dev/null || true
+        # shellcheck disable=SC2086  # a list of process ids
+        [[ -z "$children" ]] || kill $children 2>/dev/null || true
+    done
+}
+trap 'stop_beside; stop_started_services' EXIT
 
 # start_service NAME: start ci/services/NAME.sh; remember it only if it was not already running.
 start_service() {
@@ -261,8 +274,6 @@ run_pytest_as() {
 # beside LOG COMMAND...: COMMAND (run_pytest_as calls, one after another) in the background, its output into
 # LOG.log; finish_beside waits for every such command, shows their output and fails if any failed. The reports
 # such runs write are registered with expect_report RUN (the background shell's own list is lost).
-BESIDE_PIDS=()
-BESIDE_LOGS=()
 beside() {
     local log="$RESULTS_DIR/$1.log"
     shift
