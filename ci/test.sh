@@ -59,7 +59,8 @@ and a venv with ruff alone; no service). Stages, in order (default: all):
   lint        ruff check .; shellcheck on every tracked *.sh and .ci/run
   ci          pytest tests/ci (the services and venvs this script relies on)
   recipes     python recipes/render.py check; pytest tests/recipes
-  unit        pytest tests/runtime -m "$UNIT_MARKERS", once per Lightning venv
+  unit        pytest tests/runtime -m "$UNIT_MARKERS",
+              once per Lightning venv (the older ones beside the newest's run)
   services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
   multinode   the install job into build/ci-prefix, then pytest tests/multinode with its module
   benchmarks  pytest tests/benchmarks
@@ -167,7 +168,20 @@ stop_started_services() {
         bash "ci/services/${STARTED[i]}.sh" stop || true
     done
 }
-trap stop_started_services EXIT
+# Runs a stage started in the background (beside, below): a script's background jobs ignore the terminal's Ctrl-C,
+# so an interrupted run ends them (and the pytest each is running) itself.
+BESIDE_PIDS=()
+BESIDE_LOGS=()
+stop_beside() {
+    local pid children
+    for pid in "${BESIDE_PIDS[@]}"; do
+        children="$(pgrep -P "$pid" || true)"
+        kill "$pid" 2>/dev/null || true
+        # shellcheck disable=SC2086  # a list of process ids
+        [[ -z "$children" ]] || kill $children 2>/dev/null || true
+    done
+}
+trap 'stop_beside; stop_started_services' EXIT
 
 # start_service NAME: start ci/services/NAME.sh; remember it only if it was not already running.
 start_service() {
@@ -235,9 +249,13 @@ present() {
 # its own --basetemp: pytest deletes old directories of the shared /tmp/pytest-of-<user>, which would
 # pull files from under jobs of another pytest running at the same time.
 run_pytest() {
-    local venv="$1" report rc=0
-    shift
-    local run="$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))"
+    run_pytest_as "$CURRENT_STAGE-$((${#STAGE_REPORTS[@]} + 1))" "$@"
+}
+
+# run_pytest_as RUN VENV ARGS...: run_pytest with the report named RUN.
+run_pytest_as() {
+    local run="$1" venv="$2" report rc=0
+    shift 2
     report="$RESULTS_DIR/$run.xml"
     STAGE_REPORTS+=("$report")
     printf -- '--- pytest %s (python: %s)\n' "$*" "$venv/bin/python"
@@ -250,6 +268,31 @@ run_pytest() {
         *) printf -- '--- FAILED: pytest %s exited %s\n' "$*" "$rc" ;;
     esac
     return 1
+}
+
+# A stage's pytest runs that are mostly one process on one core go side by side on CI's 2 cores.
+# beside LOG COMMAND...: COMMAND (run_pytest_as calls, one after another) in the background, its output into
+# LOG.log; finish_beside waits for every such command, shows their output and fails if any failed. The reports
+# such runs write are registered with expect_report RUN (the background shell's own list is lost).
+beside() {
+    local log="$RESULTS_DIR/$1.log"
+    shift
+    "$@" >"$log" 2>&1 &
+    BESIDE_PIDS+=("$!")
+    BESIDE_LOGS+=("$log")
+}
+expect_report() {
+    STAGE_REPORTS+=("$RESULTS_DIR/$1.xml")
+}
+finish_beside() {
+    local rc=0 index
+    for index in "${!BESIDE_PIDS[@]}"; do
+        wait "${BESIDE_PIDS[index]}" || rc=1
+        cat "${BESIDE_LOGS[index]}"
+    done
+    BESIDE_PIDS=()
+    BESIDE_LOGS=()
+    return "$rc"
 }
 
 # ---- stages: each returns non-zero on failure, or sets STAGE_SKIPPED -------------------------------
@@ -273,7 +316,13 @@ stage_recipes() {
         printf -- '--- python recipes/render.py check\n'
         "$BASE/bin/python" recipes/render.py check || rc=1
     fi
-    if [[ -d tests/recipes ]]; then
+    # test_data_only.py runs this stage again in an edited copy (one process tree, mostly one core): beside the rest.
+    if [[ -e tests/recipes/test_data_only.py ]]; then
+        expect_report "$CURRENT_STAGE-data-only"
+        beside "$CURRENT_STAGE-data-only" run_pytest_as "$CURRENT_STAGE-data-only" "$BASE" tests/recipes/test_data_only.py
+        run_pytest "$BASE" tests/recipes --ignore=tests/recipes/test_data_only.py || rc=1
+        finish_beside || rc=1
+    elif [[ -d tests/recipes ]]; then
         run_pytest "$BASE" tests/recipes || rc=1
     fi
     return "$rc"
@@ -287,8 +336,23 @@ stage_unit() {
     fi
     mapfile -t versions < <(find "$LXPU_VENV_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V)
     ((${#versions[@]})) || { printf -- '--- FAILED: no venvs in %s: run bash ci/venvs.sh\n' "$LXPU_VENV_DIR"; return 1; }
-    for version in "${versions[@]}"; do
-        run_pytest "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    # The older venvs' runs are in-process tests on one core (the launches run on the newest only); the newest's is
+    # mostly launches of several processes: the older ones run beside it, one at a time.
+    local older=("${versions[@]:0:${#versions[@]}-1}")
+    for version in "${older[@]}"; do
+        expect_report "$CURRENT_STAGE-$version"
+    done
+    ((${#older[@]} == 0)) || beside "$CURRENT_STAGE-older" unit_in_venvs "${older[@]}"
+    run_pytest "$LXPU_VENV_DIR/${versions[-1]}" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    finish_beside || rc=1
+    return "$rc"
+}
+
+# unit_in_venvs VERSION...: the unit tests in each of these Lightning venvs, one after another.
+unit_in_venvs() {
+    local version rc=0
+    for version in "$@"; do
+        run_pytest_as "$CURRENT_STAGE-$version" "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || rc=1
     done
     return "$rc"
 }

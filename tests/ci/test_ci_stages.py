@@ -1,7 +1,8 @@
 """ci/test.sh's stage logic on a scratch copy of ci/: skip notes, "no tests collected" fails its stage,
 counts are summed over stages, and the run fails when a stage fails.
 
-The copy reuses this run's venvs (build/venvs is a symlink), so only the stages' own pytest runs cost.
+The copy reuses this run's venvs (build/venvs is a symlink), so only the stages' own pytest runs cost, and the
+preparation of the one full run (the packages, services and venvs checked): every other case runs --offline.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ def scratch_repo(tmp_path: Path, slurm_cluster: str) -> Path:
     return repo
 
 
-def run_stages(repo: Path, *stages: str) -> subprocess.CompletedProcess[str]:
+def run_stages(repo: Path, *stages: str, offline: bool = False) -> subprocess.CompletedProcess[str]:
     args = [arg for stage in stages for arg in ("--stage", stage)]
     # --keep-services: the cluster is shared with the run that runs this test.
     return subprocess.run(
-        ["bash", "ci/test.sh", *args, "--keep-services"],
+        ["bash", "ci/test.sh", *args, "--offline" if offline else "--keep-services"],
         cwd=repo, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
 
@@ -40,30 +41,46 @@ def write_test(repo: Path, directory: str, body: str) -> None:
     (repo / "tests" / directory / f"test_{directory}_sample.py").write_text(body)
 
 
-def test_empty_test_directory_fails_its_stage_and_counts_are_summed(scratch_repo: Path) -> None:
-    write_test(scratch_repo, "docs", "def helper():\n    return 1\n")  # collects nothing
+# One full run (its preparation is most of its cost) shows every stage outcome at once.
+def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo: Path) -> None:
+    write_test(scratch_repo, "ci", "def helper():\n    return 1\n")  # collects nothing
     write_test(
         scratch_repo, "benchmarks",
         "def test_ok():\n    assert True\n\ndef test_broken():\n    assert 1 == 2\n",
     )  # fmt: skip
-    result = run_stages(scratch_repo, "multinode", "benchmarks", "docs")
-    out = result.stdout
-    assert result.returncode == 1, result.stderr
-    assert "skipped: not present: tests/multinode not present" in out
-    assert "--- FAILED: no tests collected by pytest tests/docs" in out
-    summary = out.split("==================== summary ====================", 1)[1].splitlines()
-    rows = {line.split()[0]: line.split()[1] for line in summary[2:5]}
-    assert rows == {"multinode": "skipped", "benchmarks": "FAILED", "docs": "FAILED"}
-    assert summary[-1].startswith("==================== 1 passed, 1 failed in ")
-    assert "2 stage(s) failed" in result.stderr
-
-
-def test_passing_stage_passes_the_run(scratch_repo: Path) -> None:
     write_test(
         scratch_repo,
         "docs",
         "import os\n\ndef test_required():\n    assert os.environ['LXPU_REQUIRE_SERVICES'] == '1'\n",
     )
-    result = run_stages(scratch_repo, "docs")
+    # unit: once per Lightning venv, the older ones in the background; the oldest's run fails.
+    write_test(
+        scratch_repo,
+        "runtime",
+        "import os\nfrom pathlib import Path\n\nfrom packaging.version import Version\n\n"
+        "def test_not_the_oldest():\n"
+        "    oldest = min(Path(os.environ['LXPU_VENV_DIR']).iterdir(), key=lambda venv: Version(venv.name))\n"
+        "    assert Path(os.environ['VIRTUAL_ENV']) != oldest\n",
+    )
+    venvs = len(list((scratch_repo / "build" / "venvs" / "lightning").iterdir()))
+    result = run_stages(scratch_repo, "ci", "unit", "multinode", "benchmarks", "docs")
+    out = result.stdout
+    assert result.returncode == 1, result.stderr
+    assert "skipped: not present: tests/multinode not present" in out
+    assert "--- FAILED: no tests collected by pytest tests/ci" in out
+    unit = out.split("==================== stage unit ====================", 1)[1].split("---- stage unit ", 1)
+    assert unit[0].count("--- pytest tests/runtime") == venvs and unit[0].count("--- FAILED: pytest") == 1
+    summary = out.split("==================== summary ====================", 1)[1].splitlines()
+    rows = {line.split()[0]: line.split()[1] for line in summary[2:7]}
+    assert rows == {"ci": "FAILED", "unit": "FAILED", "multinode": "skipped", "benchmarks": "FAILED", "docs": "passed"}
+    assert f"{venvs - 1} passed, 1 failed" in next(line for line in summary if line.startswith("unit "))
+    assert summary[-1].startswith(f"==================== {venvs + 1} passed, 2 failed in ")
+    assert "3 stage(s) failed" in result.stderr
+
+
+def test_passing_stage_passes_the_run(scratch_repo: Path) -> None:
+    # Offline (no preparation): the pass/fail verdict is the same code with or without it.
+    write_test(scratch_repo, "recipes", "def test_ok():\n    assert True\n")
+    result = run_stages(scratch_repo, "recipes", offline=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.rstrip().splitlines()[-1].startswith("==================== 1 passed, 0 failed in ")

@@ -1,8 +1,8 @@
 """TEST-ONLY rank of tests/runtime/test_rank_masks.py: one of N PALS ranks on a node, each masked to one tile.
 
 Started by the PALS stand-in through a gpu_tile_compact.sh-style wrapper, with the simulated XPU profile applied at
-start-up (tests/bootstrap). In one process: a Trainer with devices=N and a wrong value are built (no fit), then
-Fabric trains a tiny model one step with devices="auto" and one step with devices=N over a real N-rank gloo
+start-up (tests/bootstrap). In one process: a Trainer with devices=N and a wrong value (N+1) are built (no fit),
+then Fabric trains a tiny model one step with devices="auto" and one step with devices=N over a real N-rank gloo
 process group (gloo stands in for XCCL: the collective is not under test). The simulated XPU has no memory of its
 own, so tensors placed on "xpu" live on the CPU (`XPUOnCPU`); DDP then gets no device ids, as for CPU modules.
 Arguments: the directory it writes rank-<global rank>.json into, and N.
@@ -73,7 +73,7 @@ def main(out: Path, ranks: int) -> None:
     report["trainer"] = {"strategy": type(trainer.strategy).__name__, "root": str(trainer.strategy.root_device),
                          "num_devices": trainer.num_devices, "world_size": trainer.world_size}
     try:
-        lightning.Fabric(devices=3)
+        lightning.Fabric(devices=ranks + 1)
         report["wrong"] = None
     except Exception as error:  # the one line a wrong value gets
         report["wrong"] = f"{type(error).__name__}: {error}"

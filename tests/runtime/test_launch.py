@@ -1,7 +1,8 @@
-"""Real 2-process DDP fits on CPU (gloo) with lightning_xpu imported, one per launcher: Lightning itself, MPICH
-and Intel MPI `mpiexec` (no mpi4py), `srun` inside an `sbatch` job, and `mpiexec` inside an `sbatch` job (the
-launch unpatched Lightning takes for srun). Every rank runs scripts/common/toy_fit.py; the checks read the
-reports the ranks write, never only exit codes (a misconfigured Slurm records failed jobs as COMPLETED).
+"""Real 2-process DDP fits on CPU (gloo) with lightning_xpu imported, one per launcher: MPICH and Intel MPI
+`mpiexec` (no mpi4py), `srun` inside an `sbatch` job, and `mpiexec` inside an `sbatch` job (the launch unpatched
+Lightning takes for srun); Lightning's own launch, checked alike by `check_ddp_fit`, is test_real_ddp.py's. Every
+rank runs scripts/common/toy_fit.py; the checks read the reports the ranks write, never only exit codes (a
+misconfigured Slurm records failed jobs as COMPLETED).
 
 Then one launch per launcher of a user's script with more ranks per node than devices (devices=1 and the default,
 no strategy): refused in every rank under MPICH and Intel MPI `mpiexec`; under `srun` off XPU, plain Lightning's
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightning_grid import newest_lightning_only
 
 from lightning_xpu.environments.rendezvous import main_port
 from tests.conftest import require_service
@@ -82,7 +82,7 @@ def _run(command: list[str], env: dict[str, str]) -> str:
     return f"$ {shlex.join(command)}\n(exit {process.returncode})\n{process.stdout}"
 
 
-def _check_ddp_fit(out: Path, output: str, environment: str, launcher: str | None) -> list[dict[str, Any]]:
+def check_ddp_fit(out: Path, output: str, environment: str, launcher: str | None) -> list[dict[str, Any]]:
     """Two distinct ranks of one world of 2, disjoint data shards, gradients really all-reduced."""
     reports = [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
     assert len(reports) == 2, f"expected 2 rank reports in {out}, got {len(reports)}\n{output}"
@@ -106,15 +106,6 @@ def _check_ddp_fit(out: Path, output: str, environment: str, launcher: str | Non
     return reports
 
 
-@newest_lightning_only
-def test_ddp_fit_launched_by_lightning(tmp_path: Path) -> None:
-    """The baseline of the launchers below. Once is enough: test_real_ddp.py runs the same Lightning-launched fit on
-    every Lightning."""
-    out = tmp_path / "out"
-    output = _run(_fit_command(out), _rank_environment(MASTER_PORT=str(_free_port())))
-    _check_ddp_fit(out, output, "LightningEnvironment", None)
-
-
 @pytest.mark.parametrize("launcher", [pytest.param("mpich", marks=pytest.mark.mpi),
                                       pytest.param("impi", marks=pytest.mark.impi)])
 def test_ddp_fit_launched_by_mpiexec_without_mpi4py(launcher: str, tmp_path: Path) -> None:
@@ -122,7 +113,7 @@ def test_ddp_fit_launched_by_mpiexec_without_mpi4py(launcher: str, tmp_path: Pat
     out = tmp_path / "out"
     port = _free_port()
     output = _run([mpiexec, "-n", "2", *_fit_command(out)], _rank_environment(MASTER_PORT=str(port)))
-    reports = _check_ddp_fit(out, output, "HydraEnvironment", launcher)
+    reports = check_ddp_fit(out, output, "HydraEnvironment", launcher)
     assert (reports[0]["master_addr"], reports[0]["master_port"]) == ("127.0.0.1", port)
 
 
@@ -194,7 +185,7 @@ def test_ddp_fit_in_an_sbatch_job(launcher: str, environment: str, tmp_path: Pat
     log = tmp_path / "job.log"
     job_id = _run_job(script, _rank_environment(), log)
     output = f"job {job_id} ({_job_state(job_id)}):\n{log.read_text() if log.exists() else '(no output)'}"
-    reports = _check_ddp_fit(out, output, environment, launcher)
+    reports = check_ddp_fit(out, output, environment, launcher)
     if launcher != "srun":
         derived = main_port({"SLURM_JOB_ID": job_id})
         assert (reports[0]["master_addr"], reports[0]["master_port"]) == ("127.0.0.1", derived), output

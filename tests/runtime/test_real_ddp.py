@@ -2,7 +2,8 @@
 
 1. A DDP fit launched by Lightning itself (`strategy="ddp"`, `devices=2`) through scripts/common/toy_fit.py: the
    ranks are distinct, the world has 2 members, each rank reads its own shard, and gradients are really all-reduced
-   (identical final weights on both ranks, different from the initial ones).
+   (identical final weights on both ranks, different from the initial ones): test_launch.py's `check_ddp_fit`, the
+   checks of every launcher there.
 2. The object path for oneCCL's "ccl" backend (on XPU reached through the strategy's setup): two processes in a
    world whose backend is named "ccl" (a stand-in that is gloo underneath, tests/conftest.py) broadcast objects
    through Lightning's DDPStrategy, which must send them over the gloo side group, not the ccl world.
@@ -15,13 +16,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from lightning_grid import TRAINER_PACKAGES, newest_lightning_only
 
 from lightning_xpu.report.framework import free_port, local_env
 from tests.conftest import require_service
+from tests.runtime.test_launch import SAMPLES, check_ddp_fit
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_FIT = REPO / "scripts" / "common" / "toy_fit.py"
@@ -42,32 +43,27 @@ def clean_environment() -> dict[str, str]:
     return environment
 
 
-def run_toy_fit(out: Path, namespace: str) -> list[dict[str, Any]]:
+def run_toy_fit(out: Path, namespace: str) -> str:
+    """Lightning's own launch of the toy fit in NAMESPACE; its combined output (the caller checks the reports)."""
     require_service("toy_fit", TOY_FIT.is_file(), f"{TOY_FIT.relative_to(REPO)} is missing from this checkout")
     command = [sys.executable, str(TOY_FIT), "--out", str(out), "--accelerator", "cpu", "--devices", "2",
-               "--strategy", "ddp", "--namespace", namespace, "--import-lightning-xpu", "--samples", "64",
+               "--strategy", "ddp", "--namespace", namespace, "--import-lightning-xpu", "--samples", str(SAMPLES),
                "--batch-size", "8", "--epochs", "1", "--seed", "0"]
     done = subprocess.run(command, env=clean_environment(), cwd=out.parent, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, f"toy_fit failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return [json.loads(path.read_text()) for path in sorted(out.glob("rank-*.json"))]
+    return f"$ {' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
+# The baseline of the launchers of test_launch.py (mpiexec, srun, sbatch), which check every launch alike.
 @NAMESPACES
 def test_lightning_launched_ddp_fit_all_reduces_gradients(tmp_path: Path, namespace: str) -> None:
-    reports = run_toy_fit(tmp_path / "out", namespace)
+    out = tmp_path / "out"
+    reports = check_ddp_fit(out, run_toy_fit(out, namespace), "LightningEnvironment", None)
 
-    assert sorted(report["global_rank"] for report in reports) == [0, 1]
-    assert all(report["world_size"] == 2 for report in reports)
-    assert all(report["lightning_xpu_imported"] for report in reports)
     assert {(report["strategy"], report["device"], report["process_group_backend"]) for report in reports} == {
         ("DDPStrategy", "cpu", "gloo")
     }
-    shards = [set(report["data_indices"]) for report in reports]
-    assert shards[0].isdisjoint(shards[1]) and shards[0] | shards[1] == set(range(64))
-    assert len({report["initial_weights_sha256"] for report in reports}) == 1
-    assert len({report["final_weights_sha256"] for report in reports}) == 1
-    assert reports[0]["final_weights_sha256"] != reports[0]["initial_weights_sha256"]
 
 
 OBJECT_WORKER = """
