@@ -37,11 +37,12 @@ sys.path.insert(0, str(REPO / "scripts/common/install"))
 from lxpu_engine.steps import INSTALL_STEPS  # noqa: E402  # the declared step list numbers the steps
 
 STEP_TOTAL = len(INSTALL_STEPS)
-# The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (names
-# read from recipes/lxpu_recipes/matrix.py, their one place).
+# The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (the
+# names from the engine's lxpu_engine/tagfiles.py, their one place; the library's source from the renderer's data).
+from lxpu_engine.tagfiles import MODULE_DIR, MODULEFILE_BODY_NAME, SETUP_LIBRARY_NAME  # noqa: E402
+
+MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
 _NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
-MODULEFILE_BODY = re.search(r'^MODULEFILE_BODY = "(.+)"$', _NAMES, re.MULTILINE)[1]
-SETUP_LIBRARY_NAME = re.search(r'^SETUP_LIBRARY_NAME = "(.+)"$', _NAMES, re.MULTILINE)[1]
 SETUP_LIBRARY = re.search(r'^SETUP_LIBRARY = "(.+)"$', _NAMES, re.MULTILINE)[1]
 
 
