@@ -53,8 +53,9 @@ def test_setup_script_twice_under_nounset(
     install = make_install(rendered, tmp_path / "pre fix", tag, site, conda)
     names = " ".join([*OURS, *(s.name for s in recipes.sites[site].env)])
     script = (
-        "set -u; options=$(set -o); funcs=$(declare -F | sort); vars=$(compgen -v | sort)\n"
+        'set -u; set -- one "two words"; options=$(set -o); funcs=$(declare -F | sort); vars=$(compgen -v | sort)\n'
         'source "$SETUP" && source "$SETUP"\n'
+        '[ "$#:$1:$2" = "2:one:two words" ] || echo "POSITIONAL PARAMETERS CHANGED: $*"\n'
         '[ "$(set -o)" = "$options" ] || echo "SHELL OPTIONS CHANGED"\n'
         '[ "$(declare -F | sort)" = "$funcs" ] || echo "FUNCTIONS LEFT BEHIND"\n'
         'comm -13 <(echo "$vars") <(compgen -v | sort) | grep -v -x -e options -e funcs -e vars -e PIPESTATUS'
@@ -68,7 +69,8 @@ def test_setup_script_twice_under_nounset(
     root = str(install.build)  # resolved at setup time: a rebuild never changes this shell's environment
     assert lines[0] == f"{root}/bin/python"
     got = _vars("\n".join(lines[1:]))
-    # Only the variables it exports are new: no shell options, functions or helper variables left behind.
+    # Only the variables it exports are new: no shell options, functions or helper variables left behind, and the
+    # caller's positional parameters are its own still.
     assert report.splitlines() == [f"NEW VARIABLE {name}" for name in sorted(set(got) - {"PATH"})]
     assert got["PATH"] == f"{root}/bin:/usr/bin:/bin"  # once, though sourced twice
     assert got["CONDA_PREFIX" if conda else "VIRTUAL_ENV"] == root

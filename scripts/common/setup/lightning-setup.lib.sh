@@ -126,7 +126,10 @@ _lxpu_setup() {
   fi
 }
 
-# The status in $1 (the arguments of `.` are restored when it returns), so that no variable is left behind.
-if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then set -- 0; else set -- 1; fi
-unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
-return "$1"
+# No `set --` here: bash keeps positional parameters a sourced file sets, and they are the caller's.
+if _lxpu_setup_contract "$@" && _lxpu_setup "$@"; then
+  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
+else
+  unset -f _lxpu_setup _lxpu_setup_contract _lxpu_file_url
+  return 1
+fi
