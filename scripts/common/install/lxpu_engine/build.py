@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from lxpu_engine.commands import ENGINE_DIR, engine_on
+from lxpu_engine.commands import engine_command, engine_on
 from lxpu_engine.state import State, fail, quote, run, say, warn
 
 # The repository's files lightning_xpu's wheel is built from.
@@ -287,11 +287,9 @@ class Packer:
         self.output = state.tmp("pack.log")
         sys.stdout.flush()
         with open(self.output, "wb") as out:
-            self.child = subprocess.Popen(
-                [python_of(state), "-B", "-m", "lxpu_engine.pack", "make", state["env"], state.data["site"], state.tag],
-                env={**os.environ, "PYTHONPATH": ENGINE_DIR}, stdout=out, stderr=subprocess.STDOUT,
-                pass_fds=state.child_fds(),
-            )  # fmt: skip
+            argv, env = engine_command(python_of(state), "pack", "make", state["env"], state.data["site"], state.tag)
+            self.child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          pass_fds=state.child_fds())  # fmt: skip
 
     def finish(self, state: State) -> None:
         if state.dry:

@@ -14,13 +14,17 @@ from lxpu_engine.state import State, Stop, quote, say
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def engine_command(python: str, module: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of lxpu_engine.MODULE on PYTHON (the environment's own: it reads the
+    environment's installed packages), writing no bytecode into the checkout."""
+    return [python, "-B", "-m", f"lxpu_engine.{module}", *args], {**os.environ, "PYTHONPATH": ENGINE_DIR}
+
+
 def engine_on(state: State, python: str, module: str, *args: str, **popen: Any) -> subprocess.CompletedProcess[bytes]:
-    """lxpu_engine.MODULE on PYTHON (the environment's own: it reads the environment's installed packages), writing
-    no bytecode into the checkout."""
+    """engine_command run to its end, with the install's lease."""
     sys.stdout.flush()
-    env = {**os.environ, "PYTHONPATH": ENGINE_DIR}
-    return subprocess.run([python, "-B", "-m", f"lxpu_engine.{module}", *args], env=env, check=False,
-                          pass_fds=state.child_fds(), **popen)  # fmt: skip
+    argv, env = engine_command(python, module, *args)
+    return subprocess.run(argv, env=env, check=False, pass_fds=state.child_fds(), **popen)
 
 
 def output_of(state: State, argv: list[str]) -> tuple[int, str]:
