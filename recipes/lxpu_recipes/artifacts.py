@@ -16,7 +16,15 @@ from .errors import RecipeError
 from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
 from .recipes import INSTALL_DATA, SHIM, Recipes
 from .sites import Site
-from .tagfiles import TAGFILES, VALIDATION_JOB, TagData, modulefile_text, setup_text, validation_job_text
+from .tagfiles import (
+    SETUP_HELPER_SOURCE,
+    TAGFILES,
+    VALIDATION_JOB,
+    TagData,
+    modulefile_text,
+    setup_text,
+    validation_job_text,
+)
 from .templating import make_environment, render
 
 
@@ -108,8 +116,8 @@ class Renderer:
         }
 
     def _check_shared_code(self) -> None:
-        """The names the modulefile body and the setup library set (they are written by hand)."""
-        for relative in (MODULEFILE_BODY, SETUP_LIBRARY):
+        """The names the modulefile body and the setup library (both its halves) set (they are written by hand)."""
+        for relative in (MODULEFILE_BODY, SETUP_LIBRARY, SETUP_HELPER_SOURCE):
             text = (self.recipes.repo_root / relative).read_text()
             for name in sorted(set(names_set_in(text))):
                 self.recipes.known.check(name, relative)

@@ -15,6 +15,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # How the templates set variables: `export NAME=` (shell) and setenv/pushenv/prepend_path/... (Lmod Lua).
 _SHELL_SET = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=", re.MULTILINE)
 _LUA_SET = re.compile(r"\b(?:setenv|pushenv|prepend_path|append_path)\(\s*\"([^\"]+)\"")
+# How the setup library's Python half (lxpu_engine/setup_lib.py) sets them: exports["NAME"] = ...
+_PYTHON_SET = re.compile(r"\bexports\[\"([A-Za-z_][A-Za-z0-9_]*)\"\]")
 
 
 @dataclass(frozen=True)
@@ -50,5 +52,5 @@ def load_known_names(path: Path, shown_as: str) -> KnownNames:
 
 
 def names_set_in(text: str) -> list[str]:
-    """Every variable a rendered shell or Lua artifact sets."""
-    return _SHELL_SET.findall(text) + _LUA_SET.findall(text)
+    """Every variable a rendered shell or Lua artifact, or the setup library's Python half, sets."""
+    return _SHELL_SET.findall(text) + _LUA_SET.findall(text) + _PYTHON_SET.findall(text)

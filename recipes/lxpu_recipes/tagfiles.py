@@ -14,6 +14,8 @@ if str(_ENGINE_DIR) not in sys.path:
 from lxpu_engine.tagfiles import (  # noqa: E402
     MODULE_DIR,
     MODULEFILE_BODY_NAME,
+    SETUP_HELPER,
+    SETUP_HELPER_NAME,
     SETUP_LIBRARY_NAME,
     VALIDATION_JOB,
     TagData,
@@ -26,8 +28,11 @@ from lxpu_engine.tagfiles import (  # noqa: E402
 )
 
 TAGFILES = "scripts/common/install/lxpu_engine/tagfiles.py"
+# The setup library's Python half, relative to the repository.
+SETUP_HELPER_SOURCE = SETUP_HELPER.resolve().relative_to(_ENGINE_DIR.parents[2]).as_posix()
 
 __all__ = [
-    "MODULEFILE_BODY_NAME", "MODULE_DIR", "SETUP_LIBRARY_NAME", "TAGFILES", "VALIDATION_JOB", "TagData",
+    "MODULEFILE_BODY_NAME", "MODULE_DIR", "SETUP_HELPER", "SETUP_HELPER_NAME", "SETUP_HELPER_SOURCE",
+    "SETUP_LIBRARY_NAME", "TAGFILES", "VALIDATION_JOB", "TagData",
     "module_name", "modulefile_name", "modulefile_text", "setup_name", "setup_text", "validation_job_text",
 ]  # fmt: skip

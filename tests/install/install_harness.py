@@ -39,7 +39,13 @@ from lxpu_engine.steps import INSTALL_STEPS  # noqa: E402  # the declared step l
 STEP_TOTAL = len(INSTALL_STEPS)
 # The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (the
 # names from the engine's lxpu_engine/tagfiles.py, their one place; the library's source from the renderer's data).
-from lxpu_engine.tagfiles import MODULE_DIR, MODULEFILE_BODY_NAME, SETUP_LIBRARY_NAME  # noqa: E402
+from lxpu_engine.tagfiles import (  # noqa: E402
+    MODULE_DIR,
+    MODULEFILE_BODY_NAME,
+    SETUP_HELPER,
+    SETUP_HELPER_NAME,
+    SETUP_LIBRARY_NAME,
+)
 
 MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
 _NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
@@ -51,6 +57,7 @@ def add_shared_code(prefix: Path) -> None:
     (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
     shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
+    shutil.copy(SETUP_HELPER, prefix / SETUP_HELPER_NAME)
 
 
 def require(available: bool, what: str) -> None:

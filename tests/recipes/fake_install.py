@@ -1,12 +1,15 @@
 """A fake install tree laid out as the install job leaves it (docs/architecture.md), for testing the
-modulefiles and setup scripts without installing anything: bin/python is a stub script."""
+modulefiles and setup scripts without installing anything: bin/python is a stub script that runs this Python (the
+setup library runs its Python half with it)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lxpu_recipes.tagfiles import SETUP_HELPER, SETUP_HELPER_NAME
 from recipe_helpers import MODULEFILE_BODY, REPO, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Rendered
 
 # Empty modulefiles standing in for the real site modules (rhel9/default-dawn exists only on Dawn).
@@ -29,7 +32,7 @@ def make_install(rendered: Rendered, prefix: Path, tag: str, site: str, conda: b
     build = prefix / ".envs" / f"{tag}.build-1"
     (build / "bin").mkdir(parents=True)
     python = build / "bin" / "python"
-    python.write_text("#!/bin/sh\necho fake-python\n")
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
     if conda:
         (build / "conda-meta").mkdir()
@@ -56,6 +59,7 @@ def add_shared_code(prefix: Path) -> None:
     (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
     shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
+    shutil.copy(SETUP_HELPER, prefix / SETUP_HELPER_NAME)
 
 
 def make_stand_ins(directory: Path, modules: set[str]) -> Path:

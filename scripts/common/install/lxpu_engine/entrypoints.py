@@ -13,6 +13,8 @@ from pathlib import Path
 
 from lxpu_engine.state import State, fail, quote, say, warn
 from lxpu_engine.tagfiles import (
+    SETUP_HELPER,
+    SETUP_HELPER_NAME,
     VALIDATION_LIBRARY_NAME,
     TagData,
     site_job_current,
@@ -33,6 +35,7 @@ def _shared_code(state: State) -> dict[str, str]:
     """Each shared file in the prefix -> its source in the repository."""
     data = state.data
     return {f"{state.prefix}/{data['setup_library_name']}": f"{state.source}/{data['setup_library']}",
+            f"{state.prefix}/{SETUP_HELPER_NAME}": str(SETUP_HELPER),
             f"{state.prefix}/{data['module_body']}": f"{state.source}/{data['module_body']}"}  # fmt: skip
 
 
@@ -86,7 +89,8 @@ def write_entry_points(state: State) -> None:
     except (OSError, ValueError) as exc:
         raise fail(state, f"could not write {state.prefix}/validate_lightning.sh: {exc}") from None
     share_permissions(state, f"{state.prefix}/modulefiles", tree=True)
-    share_permissions(state, setup, f"{state.prefix}/{state.data['setup_library_name']}", state.envs,
+    share_permissions(state, setup, f"{state.prefix}/{state.data['setup_library_name']}",
+                      f"{state.prefix}/{SETUP_HELPER_NAME}", state.envs,
                       f"{state.prefix}/logs", str(job), f"{state.prefix}/{VALIDATION_LIBRARY_NAME}")  # fmt: skip
     if state["log"]:
         share_permissions(state, state["log"])

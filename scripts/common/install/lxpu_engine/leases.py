@@ -21,11 +21,8 @@ import shutil
 import subprocess
 import time
 
+from lxpu_engine.setup_lib import host, lease_text, scheduler_job
 from lxpu_engine.state import State, command_output, quote, say
-
-
-def host() -> str:
-    return os.uname().nodename
 
 
 def held(path: str) -> bool | None:
@@ -196,19 +193,10 @@ def take_install_lease(state: State) -> None:
         if read_lease(path).get("cluster"):
             slurm_cluster(state)
             break
-    job = ""
-    if os.environ.get("SLURM_JOB_ID"):
-        job = f"slurm:{os.environ['SLURM_JOB_ID']}"
-    if os.environ.get("PBS_JOBID"):
-        job = f"pbs:{os.environ['PBS_JOBID']}"
     make_leases_dir(state)
-    fields = {
-        "build": state.env_name, "host": host(), "job": job, "cluster": os.environ.get("SLURM_CLUSTER_NAME", ""),
-        "pid": state["pid"], "user": pwd.getpwuid(os.getuid()).pw_name, "created": str(int(time.time())),
-        "what": "install", "held": "flock",
-    }  # fmt: skip
+    user = pwd.getpwuid(os.getuid()).pw_name
     with open(state["lease_file"], "w") as handle:
-        handle.write("".join(f"{key}={value}\n" for key, value in fields.items()))
+        handle.write(lease_text(state.env_name, scheduler_job()[0], state["pid"], user, "install", held=True))
 
 
 def drop_install_lease(state: State) -> None:
