@@ -29,8 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 STAGE = REPO / "scripts" / "common" / "stage" / "lightning-xpu-stage"
 ENGINE = REPO / "scripts" / "common" / "install"
 TAG = "9.9-cpu"
-# The stand-in interpreter: prints the directory it runs from and the variables staging sets.
-PYTHON = """#!/bin/sh
+# The stand-in interpreter: prints the directory it runs from and the variables staging sets (the setup library's
+# Python half, run as `python -I -S ...`, gets a real one).
+PYTHON = f'#!/bin/sh\n[ "$1" != -I ] || exec {shlex.quote(sys.executable)} "$@"\n' + """\
 echo "python-from $(cd "$(dirname "$0")/.." && pwd)"
 echo "root $LIGHTNING_XPU_ROOT"
 echo "virtual-env ${VIRTUAL_ENV:-}"
