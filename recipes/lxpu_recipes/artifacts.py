@@ -17,7 +17,7 @@ from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
 from .recipes import INSTALL_DATA, SHIM, Recipes
 from .sites import Site
 from .tagfiles import (
-    SETUP_HELPER_SOURCE,
+    SETUP_HELPER,
     TAGFILES,
     VALIDATION_JOB,
     TagData,
@@ -117,7 +117,7 @@ class Renderer:
 
     def _check_shared_code(self) -> None:
         """The names the modulefile body and the setup library (both its halves) set (they are written by hand)."""
-        for relative in (MODULEFILE_BODY, SETUP_LIBRARY, SETUP_HELPER_SOURCE):
+        for relative in (MODULEFILE_BODY, SETUP_LIBRARY, SETUP_HELPER):
             text = (self.recipes.repo_root / relative).read_text()
             for name in sorted(set(names_set_in(text))):
                 self.recipes.known.check(name, relative)

@@ -28,11 +28,9 @@ from lxpu_engine.tagfiles import (  # noqa: E402
 )
 
 TAGFILES = "scripts/common/install/lxpu_engine/tagfiles.py"
-# The setup library's Python half, relative to the repository.
-SETUP_HELPER_SOURCE = SETUP_HELPER.resolve().relative_to(_ENGINE_DIR.parents[2]).as_posix()
 
 __all__ = [
-    "MODULEFILE_BODY_NAME", "MODULE_DIR", "SETUP_HELPER", "SETUP_HELPER_NAME", "SETUP_HELPER_SOURCE",
-    "SETUP_LIBRARY_NAME", "TAGFILES", "VALIDATION_JOB", "TagData",
+    "MODULEFILE_BODY_NAME", "MODULE_DIR", "SETUP_HELPER", "SETUP_HELPER_NAME", "SETUP_LIBRARY_NAME",
+    "TAGFILES", "VALIDATION_JOB", "TagData",
     "module_name", "modulefile_name", "modulefile_text", "setup_name", "setup_text", "validation_job_text",
 ]  # fmt: skip

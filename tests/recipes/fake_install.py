@@ -59,7 +59,7 @@ def add_shared_code(prefix: Path) -> None:
     (prefix / MODULEFILE_BODY).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / MODULEFILE_BODY, prefix / MODULEFILE_BODY)
     shutil.copy(REPO / SETUP_LIBRARY, prefix / SETUP_LIBRARY_NAME)
-    shutil.copy(SETUP_HELPER, prefix / SETUP_HELPER_NAME)
+    shutil.copy(REPO / SETUP_HELPER, prefix / SETUP_HELPER_NAME)
 
 
 def make_stand_ins(directory: Path, modules: set[str]) -> Path:

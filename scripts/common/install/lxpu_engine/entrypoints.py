@@ -35,7 +35,7 @@ def _shared_code(state: State) -> dict[str, str]:
     """Each shared file in the prefix -> its source in the repository."""
     data = state.data
     return {f"{state.prefix}/{data['setup_library_name']}": f"{state.source}/{data['setup_library']}",
-            f"{state.prefix}/{SETUP_HELPER_NAME}": str(SETUP_HELPER),
+            f"{state.prefix}/{SETUP_HELPER_NAME}": f"{state.source}/{SETUP_HELPER}",
             f"{state.prefix}/{data['module_body']}": f"{state.source}/{data['module_body']}"}  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import sys
 
 from lxpu_engine.lmod import load_modules
 from lxpu_engine.state import State, bad_input, bad_input_unless_dry, command_output
+from lxpu_engine.tagfiles import SETUP_HELPER
 
 
 def expand_home(path: str) -> str:
@@ -174,7 +175,8 @@ def validate_repository(state: State) -> None:
         raise bad_input(state, f"cannot find the lightning-xpu repository ({state.source or 'LXPU_SOURCE is not set'}): submit from inside the repository or pass --source DIR")  # noqa: E501
     state.set("module", variant["module"])
     state.set("setup_file", variant["setup"])
-    for path in (f"{state.source}/{data['module_body']}", f"{state.source}/{data['setup_library']}"):
+    for path in (f"{state.source}/{data['module_body']}", f"{state.source}/{data['setup_library']}",
+                 f"{state.source}/{SETUP_HELPER}"):
         if not os.path.isfile(path):
             raise bad_input(state, f"{path} is missing: render it with 'python recipes/render.py render --all' or pass --source")  # noqa: E501
     if not os.path.isfile(f"{state.source}/scripts/common/toy_fit.py"):

@@ -3,9 +3,9 @@
 The install writes this file next to the library, as .lightning-setup.lib.py (lxpu_engine/tagfiles.py), and the
 library runs it with the environment's own Python, `python -I -S .lightning-setup.lib.py PREFIX TAG SHELL_PID`,
 then evaluates the shell lines it prints (every value quoted). It pins the ONE build <prefix>/<TAG> points to now,
-as the modulefile body does; records the lease whose shared flock the shell then takes (lxpu_engine/leases.py
-reads leases; the install writes its own with lease_text, here); loads the site's modules; and sets the variables
-`module load` sets. It runs at every setup: standard library only, and little of it, so that it starts fast.
+as the modulefile body does; records the lease whose shared flock the shell then takes (the lease format is here,
+lease_text: the install's own lease uses it too; lxpu_engine/leases.py reads them); loads the site's modules; and
+sets the variables `module load` sets. It runs at every setup: standard library only, little of it, to start fast.
 """
 
 from __future__ import annotations

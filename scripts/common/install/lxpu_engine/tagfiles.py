@@ -20,9 +20,10 @@ from typing import Any
 MODULE_DIR = "modulefiles/lightning-xpu"
 MODULEFILE_BODY_NAME = ".lightning-xpu.lua"
 SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"
-# The setup library's Python half, next to it (the library runs "${BASH_SOURCE[0]%.sh}.py"): the install writes both.
+# The setup library's Python half (in the repository; in a prefix next to the library, which runs
+# "${BASH_SOURCE[0]%.sh}.py"): the install writes both, from the same checkout.
+SETUP_HELPER = "scripts/common/install/lxpu_engine/setup_lib.py"
 SETUP_HELPER_NAME = SETUP_LIBRARY_NAME.removesuffix(".sh") + ".py"
-SETUP_HELPER = Path(__file__).with_name("setup_lib.py")
 VALIDATION_JOB = "validate_lightning.sh"
 # The common validation script, copied next to the site's job (it is the code; the job only holds defaults).
 VALIDATION_LIBRARY_NAME = ".validate_lightning.common.sh"
