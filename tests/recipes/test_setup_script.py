@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,26 @@ def test_user_values_win_and_relocation_works(rendered: Rendered, tmp_path: Path
         "CCL_ATL_TRANSPORT": "mine",
         "ZE_FLAT_DEVICE_HIERARCHY": "FLAT",
     }
+
+
+def test_a_prefix_with_quotes_and_shell_characters(rendered: Rendered, tmp_path: Path) -> None:
+    """Every path reaches the shell quoted (the library evaluates lines its Python half prints): the variables, the
+    pins' percent-encoded file: URL and the lease whose flock the shell holds."""
+    install = make_install(rendered, tmp_path / "it's \"q\" $x `y` ;", f"{MINOR}-cpu", PLAIN_SITE, False)
+    constraints = install.build / "share" / "lightning-xpu" / "constraints.txt"
+    constraints.parent.mkdir(parents=True)
+    constraints.write_text("")
+    done = _bash(
+        'source "$SETUP"; echo "$LIGHTNING_XPU_ROOT"; echo "$PIP_CONSTRAINT"; echo "$PATH"',
+        tmp_path,
+        SETUP=str(install.prefix / f"lightning-setup-{MINOR}-cpu.sh"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        str(install.build), "file://" + urllib.parse.quote(str(constraints)), f"{install.build}/bin:/usr/bin:/bin"
+    ]
+    (lease,) = (install.prefix / ".leases").iterdir()
+    assert lease.name.startswith(f"{install.build.name}@") and lease.read_text().endswith("held=flock\n")
 
 
 def test_switching_versions_replaces_the_old_bin(rendered: Rendered, tmp_path: Path) -> None:
