@@ -345,6 +345,7 @@ def entry_point_paths(prefix: Path) -> list[Path]:
         prefix / f"lightning-setup-{TAG}.sh",
         prefix / "modulefiles" / "lightning-xpu" / f"{TAG}.lua",
         prefix / SETUP_LIBRARY_NAME,
+        prefix / SETUP_HELPER_NAME,
         prefix / MODULEFILE_BODY,
     ]
 
