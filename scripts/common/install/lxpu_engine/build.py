@@ -60,6 +60,8 @@ def create_env(state: State) -> None:
         if os.path.isfile(lock):
             args.append(f"--lock={lock}")
         args += [f"--pip-option={option}" for option in state.pip_options]
+        if state.installer.uv_cache:
+            args.append(f"--tool-cache={state.installer.uv_cache}")
         if state.dry:
             say(f"+ python -m lxpu_engine.conda_layer {quote(*args)}")
         elif engine_on(state, sys.executable, "conda_layer", *args).returncode != 0:
