@@ -77,6 +77,7 @@ def write_site_job(site: str, prefix: Path) -> Path:
 
 def run_site_job(site: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "PBS_"))}
+    env["PYTHONPATH"] = str(REPO)  # a --python must import lightning_xpu: it checks the options past the environment
     job = write_site_job(site, cwd.parent / f"{cwd.name}-prefix")
     return subprocess.run(["bash", str(job), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
