@@ -116,7 +116,7 @@ def count_option(option: str, text: str | None, default: int, most: int | None =
     if text is None:
         return default
     if not text.isdigit() or int(text) < 1 or (most is not None and int(text) > most):
-        wanted = f"1 or {most}" if most == 2 else "a positive number"
+        wanted = "a positive number" if most is None else " or ".join(str(n) for n in range(1, most + 1))
         raise InputError(f"{option} must be {wanted}, got '{text}'")
     return int(text)
 
@@ -129,7 +129,8 @@ def site_job_options(args: argparse.Namespace) -> None:
 
     if args.level != "site":
         raise InputError(f"--site-job runs the site level, not --level {args.level}")
-    args.nodes = count_option("--nodes", args.nodes, min(node_count(os.environ)[0], 2), most=2)
+    allocated = min(node_count(os.environ)[0], 2) if args.nodes is None else 0
+    args.nodes = count_option("--nodes", args.nodes, allocated, most=2)
     if args.out is None and args.json is None:
         args.out = submit_directory(os.environ)[0] / f"lightning-xpu-validation-{job_stamp(os.environ)}"
 

@@ -15,8 +15,8 @@ with the "Validation report" issue template. The site's job gives --site-prefix 
   --setup FILE            source this setup script
   --module NAME           module load NAME (e.g. lightning-xpu/2.13), after 'module use DIR' if --modulepath
   --python PYTHON         use this Python as it is (lightning_xpu importable); loads nothing
-The others are options of 'python -m lightning_xpu validate --site-job' (its --help): by default the allocation's
-nodes (1 or 2), all visible devices, launchers $launchers, every check, the submit directory.
+The others go to 'python -m lightning_xpu validate --site-job' (its --help explains them): --nodes (default: the
+allocation's, 1 or 2), --devices (all visible), --launchers ($launchers), --only (all), --out (in the submit directory).
 EOF2
     --prefix | --site-prefix | --tag | --setup | --module | --modulepath | --python | --nodes | --devices | \
       --launchers | --site-launchers | --only | --out) [ "$#" -ge 2 ] || die "$1 needs a value (see --help)" ;;

@@ -110,6 +110,7 @@ def test_the_site_job_takes_its_defaults_from_the_allocation(no_scheduler: pytes
     assert args.out == tmp_path / "submitted" / "lightning-xpu-validation-77"
     no_scheduler.setenv("PBS_NODEFILE", str(node_file(tmp_path, ["a"])))
     assert site_job().nodes == 1
+    no_scheduler.setenv("PBS_NODEFILE", str(tmp_path / "gone"))  # what is given is not read from the allocation
     given = site_job("--nodes", "2", "--out", str(tmp_path / "o"))
     assert (given.nodes, given.out) == (2, tmp_path / "o")
     for argv, message in ((("--nodes", "3"), "--nodes must be 1 or 2, got '3'"),
