@@ -7,7 +7,9 @@ again alone in the warm-cache install (`lightning-xpu validate --level smoke`), 
 prefix from the same uv cache, and an unchanged re-run (a no-op). conda-warm-cache: the same install with
 --env-manager conda (the conda layer through py-rattler, against --conda-channel: by default the CI's local channel,
 built by ci/conda_channel.py), paired with uv-warm-cache in the same run (its py-rattler bootstrap included: a fresh
-prefix has no <prefix>/.tools).
+prefix has no <prefix>/.tools). baseline-warm-cache (with --baseline CHECKOUT, e.g. a `git worktree` of an earlier
+commit): that checkout's install job, same arguments, same warm uv cache, fresh prefix, in this run; the ratio
+install_job_over_baseline_warm compares the two (list it next to uv-warm-cache in --cases).
 
 Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
 for uv, PIP_CACHE_DIR for pip) at a new empty directory; "warm" reuses the cache the empty-cache run of the same
@@ -30,7 +32,7 @@ from _common import REPO, machine, print_table, write_json
 
 CASES = (
     "uv-empty-cache", "uv-warm-cache", "conda-warm-cache", "uv-second-prefix", "uv-rerun-noop",
-    "pip-empty-cache", "pip-warm-cache", "plain-empty-cache", "plain-warm-cache",
+    "pip-empty-cache", "pip-warm-cache", "plain-empty-cache", "plain-warm-cache", "baseline-warm-cache",
 )
 # Steps of the install job's manifest reported on their own.
 INSTALL_STEP = "install pinned packages"
@@ -58,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default="python3.11", help="Python for the plain baseline venv")
     parser.add_argument("--install-args", default="--variant cpu --pip-source system",
                         help="extra install-job arguments (default: --variant cpu --pip-source system)")
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
+    parser.add_argument("--cases", help=f"comma-separated subset of: {', '.join(CASES)} (default: all but baseline)")
     parser.add_argument("--workdir", help="where prefixes and caches go (default: a temporary directory)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per case")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--conda-channel", help="channel of the conda case (default: ci/conda_channel.py's, built)")
+    parser.add_argument("--baseline", type=Path, help="a checkout whose install job is the baseline-warm-cache case")
+    parser.set_defaults(cases=",".join(case for case in CASES if not case.startswith("baseline")))
     args = parser.parse_args(argv)
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = sorted(set(cases) - set(CASES))
@@ -71,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     script = REPO / "scripts" / args.site / f"install_lightning_{args.torch}.sh"
     if not script.is_file():
         parser.error(f"no install job {script.relative_to(REPO)}: render it with python recipes/render.py render")
+    baseline_script = (args.baseline or REPO) / "scripts" / args.site / f"install_lightning_{args.torch}.sh"
+    if "baseline-warm-cache" in cases and (args.baseline is None or not baseline_script.is_file()):
+        parser.error(f"baseline-warm-cache needs --baseline CHECKOUT with {baseline_script.relative_to(args.baseline or REPO)}")  # noqa: E501
 
     if args.workdir is not None:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
@@ -108,14 +115,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 # uv-second-prefix: another prefix, the same (warm) cache: what a second PyTorch version of a site
                 # gets from the cache the first one filled.
-                env = cache_env("uv" if kind == "conda" else kind, state == "empty-cache")
+                env = cache_env("uv" if kind in ("conda", "baseline") else kind, state == "empty-cache")
                 prefix = root / f"prefix {case}"  # a space in the path, as users have
             if kind == "conda":
                 # The conda layer, then the same uv pip step as uv-warm-cache (its cache).
                 command = ["bash", str(script), "--prefix", str(prefix), "--installer", "uv", "--env-manager", "conda",
                            "--conda-channel", args.conda_channel or conda_channel(), *args.install_args.split()]
             else:
-                command = ["bash", str(script), "--prefix", str(prefix), "--installer", kind,
+                job, installer = (baseline_script, "uv") if kind == "baseline" else (script, kind)
+                command = ["bash", str(job), "--prefix", str(prefix), "--installer", installer,
                            *args.install_args.split()]
             results[case] = timed(command, env, args.timeout)
             if state != "rerun-noop":
@@ -134,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"install_job_uv_over_pip_{state.split('-')[0]}"] = results[f"uv-{state}"] / results[f"pip-{state}"]
     if "conda-warm-cache" in results and "uv-warm-cache" in results:
         ratios["install_job_conda_over_venv_warm"] = results["conda-warm-cache"] / results["uv-warm-cache"]
+    if "baseline-warm-cache" in results and "uv-warm-cache" in results:
+        ratios["install_job_over_baseline_warm"] = results["uv-warm-cache"] / results["baseline-warm-cache"]
     if "uv-second-prefix" in results and "uv-warm-cache" in results:
         ratios["second_prefix_over_warm"] = results["uv-second-prefix"] / results["uv-warm-cache"]
     payload["ratios"] = ratios

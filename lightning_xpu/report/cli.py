@@ -107,7 +107,50 @@ def smoke_context(args: argparse.Namespace, workdir: Path) -> tuple[Context, lis
     return Context("auto", 0, workdir, require_xpu=require), notes
 
 
+class InputError(Exception):
+    """A bad option of `validate`: one line naming the fix (exit status 2)."""
+
+
+def count_option(option: str, text: str | None, default: int, most: int | None = None) -> int:
+    """The value of a count option (--nodes, --devices): a whole number from 1 to `most`."""
+    if text is None:
+        return default
+    if not text.isdigit() or int(text) < 1 or (most is not None and int(text) > most):
+        wanted = "a positive number" if most is None else " or ".join(str(n) for n in range(1, most + 1))
+        raise InputError(f"{option} must be {wanted}, got '{text}'")
+    return int(text)
+
+
+def site_job_options(args: argparse.Namespace) -> None:
+    """The site validation job's options (<prefix>/validate_lightning.sh hands over with --site-job, its name):
+    what it leaves out comes from the allocation (lightning_xpu/report/allocation.py): the nodes, at most 2 (the
+    launched checks use 2), and the report directory next to where the job was submitted."""
+    from lightning_xpu.report.allocation import job_stamp, node_count, submit_directory
+
+    if args.level != "site":
+        raise InputError(f"--site-job runs the site level, not --level {args.level}")
+    allocated = min(node_count(os.environ)[0], 2) if args.nodes is None else 0
+    args.nodes = count_option("--nodes", args.nodes, allocated, most=2)
+    if args.out is None and args.json is None:
+        args.out = submit_directory(os.environ)[0] / f"lightning-xpu-validation-{job_stamp(os.environ)}"
+
+
+def report_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The JSON and Markdown reports: --json/--markdown, else in --out, else the level's defaults. The smoke level
+    writes Markdown only when asked: during an install its JSON is the one file it may write into the environment
+    (the staging image is written meanwhile and leaves out only smoke.json)."""
+    from lightning_xpu.report.allocation import DATE_STAMP
+
+    out = args.out
+    json_path = args.json or (out / "validation.json" if out else default_json(args.level, time.strftime(DATE_STAMP)))
+    markdown_path = args.markdown or (out / "validation.md" if out else None)
+    if markdown_path is None and args.level == "site":
+        markdown_path = json_path.with_suffix(".md")
+    return json_path, markdown_path
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from lightning_xpu.environments.errors import LaunchError
     from lightning_xpu.report.diagnose import device_facts
     from lightning_xpu.report.framework import checks_of, run_checks
     from lightning_xpu.report.model import relevant_environment, versions
@@ -117,17 +160,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for spec in specs:
             print(f"{spec.name:24} {'XPU ' if spec.needs_xpu else 'any '} {spec.summary}")
         return 0
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = args.json or default_json(args.level, stamp)
-    # The smoke level writes Markdown only when asked: during an install its JSON is the one file it may write
-    # into the environment (the staging image is written meanwhile and leaves out only smoke.json).
-    markdown_path = args.markdown or (json_path.with_suffix(".md") if args.level == "site" else None)
     only = [name for name in (args.only or "").split(",") if name]
-    unknown = sorted(set(only) - {spec.name for spec in specs})
-    if unknown:
-        print(f"lightning-xpu validate: unknown check(s) {', '.join(unknown)}; known:"
-              f" {', '.join(spec.name for spec in specs)}", file=sys.stderr)
+    try:
+        if args.site_job:
+            site_job_options(args)
+        else:
+            args.nodes = count_option("--nodes", args.nodes, 1)
+        args.devices = count_option("--devices", args.devices, 0) or None
+        unknown = sorted(set(only) - {spec.name for spec in specs})
+        if unknown:
+            raise InputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
+    except (InputError, LaunchError) as error:
+        print(f"{args.site_job or 'lightning-xpu validate'}: {error}", file=sys.stderr)
         return 2
+    json_path, markdown_path = report_paths(args)
+    if args.site_job:  # the job's log says which environment ran where (the report says it again)
+        print(f"{args.site_job}: {sys.executable}, {args.nodes} node(s); report in {args.out or json_path.parent}",
+              flush=True)
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix=f"lxpu-validate-{args.level}-") as work:
         if args.level == "smoke":
@@ -200,11 +249,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     validate.add_argument("--require-xpu", action="store_true",
                           help="smoke: fail unless the fits ran on an XPU device (default: when the xpu variant is"
                                " loaded)")
-    validate.add_argument("--nodes", type=int, default=1, help="site: nodes of the allocation to use (1 or 2)")
-    validate.add_argument("--devices", type=int, help="site: devices per node to use (default: all visible)")
-    validate.add_argument("--launchers", default="srun,mpiexec",
-                          help="site: the site's launchers to try (default srun,mpiexec)")
-    validate.add_argument("--only", help="comma-separated check names (see --list)")
+    validate.add_argument("--out", type=Path, metavar="DIR",
+                          help="site: write DIR/validation.json and DIR/validation.md (default with --site-job:"
+                               " <submit directory>/lightning-xpu-validation-<job id or date>)")
+    validate.add_argument("--nodes", metavar="N",
+                          help="site: nodes of the allocation to use (default 1; with --site-job 1 or 2, default the"
+                               " allocation's from PBS_NODEFILE or SLURM_JOB_NUM_NODES, at most 2)")
+    validate.add_argument("--devices", metavar="N", help="site: devices (tiles) per node to use (default: all"
+                                                         " visible)")
+    validate.add_argument("--launchers", default="srun,mpiexec", metavar="LIST",
+                          help="site: the site's launchers for the launched checks (default srun,mpiexec; the site's"
+                               " job passes its own, recipes/sites/<site>.toml [validation])")
+    validate.add_argument("--only", metavar="CHECKS", help="comma-separated check names (see --list)")
+    validate.add_argument("--site-job", metavar="NAME",
+                          help="run as the site validation job NAME (<prefix>/validate_lightning.sh, which loads the"
+                               " environment, then hands over): defaults from the allocation (--nodes, --out),"
+                               " bad input one line 'NAME: ...', exit status 2")
     validate.add_argument("--list", action="store_true", help="list the checks and exit")
     validate.set_defaults(run=cmd_validate)
     report = sub.add_parser("report", help="print the patch report (as lightning_xpu.report())")
@@ -214,10 +274,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                " ~/.local/lightning-xpu/<tag>)")
     user_env.add_argument("--print-path", action="store_true", help="print the layer's path and exit")
     user_env.set_defaults(run=cmd_user_env)
-    args = parser.parse_args(argv)
-    if getattr(args, "nodes", 1) < 1:
-        parser.error("--nodes must be 1 or more")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

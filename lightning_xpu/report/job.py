@@ -1,8 +1,9 @@
-"""The launch half of the training job scripts (scripts/<site>/train_*, through scripts/common/job.sh): the rank's
-threads, the training command, the launch with its output also in a log, and the check in that log that the
-Trainer used the device the job asked for. job.sh loads the environment first (that must happen in the job's
-shell), then runs
+"""The training job scripts' Python half (scripts/<site>/train_*, through scripts/common/job.sh): the node count,
+the rank's threads, the training command, the launch with its output also in a log, and the check in that log that
+the Trainer used the device the job asked for. job.sh enters the submit directory and loads the environment first
+(that must happen in the job's shell), then runs
 
+  python -m lightning_xpu.report.job nodes      (prints the allocation's node count: LXPU_JOB_NODES)
   python -m lightning_xpu.report.job launch RANKS_PER_NODE CORES_PER_RANK NODES NARGS ARGS... LAUNCHER...
 
 (NARGS words of ARGS go to the training script). `... job check LOG` runs the device check alone. Messages go out
@@ -18,6 +19,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from lightning_xpu.environments.errors import LaunchError
+from lightning_xpu.report.allocation import node_count, submit_directory
 
 # The line the Trainer's banner prints when the fit runs on an XPU (lightning_xpu/trainer.py);
 # tests/runtime/test_job_device_check.py checks it against the real banner.
@@ -63,6 +67,17 @@ def check_device(log: Path) -> str:
     return f"device check passed ({expect}): {line}"
 
 
+def say_allocation(nodes: int) -> None:
+    """What job.sh did before the launch: the working directory it entered, the environment it loaded, and where
+    the node count it read (`job nodes`) came from."""
+    directory, source = submit_directory(os.environ)
+    say(f"working directory: {directory} (from {source})")
+    setup, module = os.environ.get("LIGHTNING_XPU_SETUP"), os.environ.get("LIGHTNING_XPU_MODULE")
+    say(f"environment: setup script {setup}" if setup
+        else f"environment: module {module} from {os.environ.get('LIGHTNING_XPU_MODULEPATH')}")
+    say(f"nodes: {nodes} (from {node_count(os.environ)[1]})")
+
+
 def training_command(ranks: int, nodes: int, args: list[str]) -> list[str]:
     """python TRAIN --devices RANKS --num-nodes NODES ARGS... plus the words of LIGHTNING_XPU_TRAIN_ARGS."""
     train = os.environ.get("LIGHTNING_XPU_TRAIN") or "train.py"
@@ -74,6 +89,7 @@ def training_command(ranks: int, nodes: int, args: list[str]) -> list[str]:
 
 
 def launch(ranks: int, cores: int, nodes: int, args: list[str], launcher: list[str]) -> int:
+    say_allocation(nodes)
     # CORES is what each rank is bound to: its own threads get them; PyTorch gives each DataLoader worker one.
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(cores)
     say(f"threads: {cores} cores per rank, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; DataLoader num_workers"
@@ -103,12 +119,15 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["check"] and len(argv) == 2:
             say(check_device(Path(argv[1])))
             return 0
+        if argv == ["nodes"]:
+            print(node_count(os.environ)[0])
+            return 0
         if argv[:1] == ["launch"] and len(argv) >= 5 and all(word.isdigit() for word in argv[1:5]):
             ranks, cores, nodes, nargs = (int(word) for word in argv[1:5])
             return launch(ranks, cores, nodes, argv[5 : 5 + nargs], argv[5 + nargs :])
         raise JobError("usage: python -m lightning_xpu.report.job launch RANKS CORES NODES NARGS ARGS... LAUNCHER..."
-                       " | check LOG (scripts/common/job.sh runs it)")
-    except JobError as error:
+                       " | nodes | check LOG (scripts/common/job.sh runs it)")
+    except (JobError, LaunchError) as error:
         print(f"{os.environ.get('LXPU_JOB_NAME', 'job')}: {error}", file=sys.stderr)
         return 2
 

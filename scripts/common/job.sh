@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# The shared part of the training job scripts in scripts/<site>/, which source it: --help, the working directory,
-# the environment and the node count (what must happen in the job's shell); the threads, the launch into a log
+# The shared part of the training job scripts in scripts/<site>/, which source it: --help, the working directory
+# and the environment (what must happen in the job's shell); the node count, the threads, the launch into a log
 # and the check that the Trainer used the expected device: lightning_xpu/report/job.py.
 # Settings (environment variables; a job script sets its site's defaults only where you have not):
 #   LIGHTNING_XPU_MODULE, LIGHTNING_XPU_MODULEPATH  the module to load (lightning-xpu/2.13; lightning-xpu/2.13-cpu is
@@ -13,62 +13,37 @@
 #                 script whose name ends in -cpu, else xpu)
 #   LIGHTNING_XPU_REPO  this clone, where a job script run from elsewhere (a scheduler's copy) finds this file
 
-lxpu_job_say() { printf '%s: %s\n' "$LXPU_JOB_NAME" "$*"; }
 lxpu_job_die() { printf '%s: %s\n' "$LXPU_JOB_NAME" "$*" >&2; exit 2; }
 
 # lxpu_job_start SCRIPT RANKS_PER_NODE CORES_PER_RANK ARGS...: --help (SCRIPT's first comment block); else the
 # working directory, the environment and LXPU_JOB_NODES. ARGS go to the training script.
 lxpu_job_start() {
-  local dir from init
   export LXPU_JOB_NAME=${SLURM_JOB_NAME:-${PBS_JOBNAME:-${1##*/}}}  # the scheduler runs a copy of the script
   if [[ "${4:-}" == "-h" || "${4:-}" == "--help" ]]; then
-    sed -n '2,/^[^#]/{/^#\(SBATCH\|PBS\)/d;/^#/!d;s/^# \{0,1\}//;p}' "$1"
-    exit 0
+    sed -n '2,/^[^#]/{/^#\(SBATCH\|PBS\)/d;/^#/!d;s/^# \{0,1\}//;p}' "$1"; exit 0
   fi
   [[ "$2" =~ ^[1-9][0-9]*$ && "$3" =~ ^[1-9][0-9]*$ ]] ||
     lxpu_job_die "ranks per node '$2' or cores per rank '$3' is not a count: submit the job script with its scheduler (sbatch, qsub) as its header says"
   LXPU_JOB_SHAPE=("$2" "$3") LXPU_JOB_ARGS=("${@:4}")
-  # PBS Pro starts a job in $HOME and names the submit directory PBS_O_WORKDIR; Slurm starts it in the submit
-  # directory. Debian's Torque wrapper over Slurm (slurm-wlm-torque) sets no PBS_O_WORKDIR: fall back to Slurm's.
-  if [[ -n "${PBS_O_WORKDIR:-}" ]]; then
-    dir=$PBS_O_WORKDIR from="PBS_O_WORKDIR, set by the scheduler"
-  elif [[ -n "${SLURM_SUBMIT_DIR:-}" ]]; then
-    dir=$SLURM_SUBMIT_DIR from="SLURM_SUBMIT_DIR: PBS_O_WORKDIR is not set"
-  else
-    dir=$PWD from="the current directory: no scheduler"
-  fi
+  # The submit directory (lightning_xpu/report/allocation.py says why), first: a relative setup script is there.
+  local dir=${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}} init=${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash
   cd "$dir" || lxpu_job_die "cannot enter the working directory $dir"
-  lxpu_job_say "working directory: $dir (from $from)"
   if [[ -n "${LIGHTNING_XPU_SETUP:-}" ]]; then
     [[ -f "$LIGHTNING_XPU_SETUP" ]] ||
       lxpu_job_die "LIGHTNING_XPU_SETUP=$LIGHTNING_XPU_SETUP is not a file: give an install's <prefix>/lightning-setup-<tag>.sh"
     # shellcheck source=/dev/null
     source "$LIGHTNING_XPU_SETUP"
-    lxpu_job_say "environment: setup script $LIGHTNING_XPU_SETUP"
   else
-    if ! declare -F module >/dev/null; then  # a batch shell may not have Lmod's function yet
-      init="${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash"
-      [[ -f "$init" ]] || lxpu_job_die "no module command and no Lmod at $init: set LMOD_PKG, or LIGHTNING_XPU_SETUP"
-      # shellcheck source=/dev/null
-      source "$init"
-    fi
-    module use "$LIGHTNING_XPU_MODULEPATH"
-    module load "$LIGHTNING_XPU_MODULE"
-    lxpu_job_say "environment: module $LIGHTNING_XPU_MODULE from $LIGHTNING_XPU_MODULEPATH"
+    # shellcheck source=/dev/null
+    declare -F module >/dev/null || [[ ! -f "$init" ]] || source "$init"  # a batch shell may not have Lmod's yet
+    declare -F module >/dev/null || lxpu_job_die "no module command and no Lmod at $init: set LMOD_PKG, or LIGHTNING_XPU_SETUP"
+    module use "$LIGHTNING_XPU_MODULEPATH"; module load "$LIGHTNING_XPU_MODULE"
   fi
   command -v python >/dev/null || lxpu_job_die "the environment put no python on PATH: check the module or setup script"
-  if [[ -n "${PBS_NODEFILE:-}" ]]; then
-    LXPU_JOB_NODES=$(sort -u "$PBS_NODEFILE" | wc -l) from="PBS_NODEFILE"
-  elif [[ -n "${SLURM_JOB_NUM_NODES:-}" ]]; then
-    LXPU_JOB_NODES=$SLURM_JOB_NUM_NODES from="SLURM_JOB_NUM_NODES: PBS_NODEFILE is not set"
-  else
-    LXPU_JOB_NODES=1 from="no scheduler"
-  fi
-  lxpu_job_say "nodes: $LXPU_JOB_NODES (from $from)"
+  LXPU_JOB_NODES=$(python -m lightning_xpu.report.job nodes) || exit
 }
 
-# lxpu_job_launch LAUNCHER...: every rank runs the training command under LAUNCHER...; the job fails unless the
-# Trainer's banner in the log shows the expected device.
+# lxpu_job_launch LAUNCHER...: every rank runs the training command under LAUNCHER... (lightning_xpu/report/job.py).
 lxpu_job_launch() {
   python -m lightning_xpu.report.job launch "${LXPU_JOB_SHAPE[@]}" "$LXPU_JOB_NODES" "${#LXPU_JOB_ARGS[@]}" \
     "${LXPU_JOB_ARGS[@]}" "$@"

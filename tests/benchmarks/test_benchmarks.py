@@ -92,3 +92,6 @@ def test_install_time_rejects_unknown_cases() -> None:
     done = run("install_time.py", "--cases", "uv-fast", timeout=60)
     assert done.returncode == 2
     assert "unknown case(s) uv-fast" in done.stderr
+    done = run("install_time.py", "--cases", "baseline-warm-cache", timeout=60)
+    assert done.returncode == 2
+    assert "baseline-warm-cache needs --baseline CHECKOUT" in done.stderr

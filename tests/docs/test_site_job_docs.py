@@ -109,11 +109,13 @@ def test_job_scripts_are_shellcheck_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
 @pytest.mark.parametrize("script", AURORA_SCRIPTS, ids=[path.name for path in AURORA_SCRIPTS])
-def test_aurora_job_script_under_bash_with_pals_variables(script: Path, tmp_path: Path) -> None:
-    """Launches small enough for this host train for real; bigger ones are recorded only, and then the job's
-    device check must fail them, since nothing trained."""
-    nodes, ranks, binding = aurora_shape(script)
+def test_aurora_job_script_under_bash_with_pals_variables(script: Path, nodes: int, tmp_path: Path) -> None:
+    """On one node or several, as `qsub -l select=N` gives them in PBS_NODEFILE. Launches small enough for this
+    host train for real; bigger ones are recorded only, and then the job's device check must fail them, since
+    nothing trained."""
+    _, ranks, binding = aurora_shape(script)
     assert len(binding) == ranks, f"{script.name}: CPU_BIND has {len(binding)} entries for {ranks} ranks per node"
     work = work_directory(tmp_path / "work dir")  # paths with spaces must work
     node_file = tmp_path / "node file"

@@ -112,7 +112,7 @@ def test_litgpt_devices_are_the_tiles_of_each_sites_node_job(data: dict[str, dic
     rows = litgpt_devices()
     checked = 0
     for site in data["sites"]:
-        jobs = sorted((REPO / "scripts" / site).glob("train_node.*"))
+        jobs = sorted((REPO / "scripts" / site).glob("train_nodes.*"))
         if not jobs:  # a site without a whole-node job (a workstation: N cards, the user's)
             continue
         assert site in rows, f"docs/migration.md#litgpt has no row for {site}"

@@ -251,3 +251,18 @@ def test_condarc_channels_and_alias(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert conda_layer.channels_from(["site", "nodefaults"], None, tmp_path / "absent") == ["site"]
     monkeypatch.setenv("LIGHTNING_XPU_CONDA_CHANNELS", "file:///mirror")
     assert conda_layer.channels_from(["site"], None, rc) == ["file:///mirror"]
+
+
+def test_py_rattler_comes_from_the_tool_cache_in_a_new_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bootstrapped once with pip and kept in the tool cache; a second prefix copies it (a pip that could fetch
+    nothing would fail the second bootstrap: its options point at no index)."""
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # rattler_python sets it; restored after
+    lines: list[str] = []
+    cache = str(tmp_path / "uv cache")
+    conda_layer.rattler_python(tmp_path / "a" / ".tools", [], lines.append, tool_cache=cache)
+    assert any("bootstrapping py-rattler" in line for line in lines), lines
+    lines.clear()
+    conda_layer.rattler_python(tmp_path / "b" / ".tools", ["--no-index", "--find-links", str(tmp_path / "none")],
+                               lines.append, tool_cache=cache)
+    assert any(f"from the cache, {cache}/lightning-xpu-tools/py-rattler-" in line for line in lines), lines
+    assert list((tmp_path / "b" / ".tools").glob("py-rattler-*/rattler"))

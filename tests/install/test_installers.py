@@ -112,3 +112,57 @@ def test_falls_back_to_pip_and_says_so_where_uv_cannot_be_had(
         job.wait(timeout=120)
     assert not (prefix / ".tools" / "uv").exists()
     assert not (prefix / h.TAG).exists(), "an interrupted first install publishes nothing"
+
+
+def test_a_new_prefix_takes_uv_from_a_warm_cache_without_pip(
+    install_job: Path, source_repo: Path, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    """The good install bootstrapped uv with pip and kept it in its uv cache (lxpu_engine/toolcache.py); another
+    prefix sharing that cache copies it from there: no pip bootstrap (the job is stopped once uv is set up)."""
+    cache = good_install.prefix / ".cache" / "uv"
+    kept = list((cache / "lightning-xpu-tools").glob("uv-*"))
+    assert len(kept) == 1, f"the good install kept no uv in its cache {cache}"
+    prefix, output = tmp_path / "second prefix", tmp_path / "job.out"
+    job = h.start_job(install_job, "--source", str(source_repo), *h.PIP_SOURCE, prefix=prefix, output=output,
+                      env=h.job_env(LIGHTNING_XPU_UV_CACHE_DIR=str(cache)))
+    try:
+        h.wait_for_text(output, "installer: uv, cache", job, timeout=300)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+        job.wait(timeout=120)
+    text = output.read_text()
+    assert f"from the cache, {kept[0]}" in text, text
+    assert "bootstrapping uv" not in text and "--target" not in text, text
+    pinned = re.search(r"^uv==(\S+)", TOOLS_LOCK.read_text(), re.MULTILINE)
+    assert pinned
+    uv = prefix / ".tools" / f"uv-{pinned.group(1)}" / "bin" / "uv"
+    assert uv.read_bytes() == (kept[0] / "bin" / "uv").read_bytes()
+    assert subprocess.run([str(uv), "--version"], capture_output=True, text=True).stdout.startswith(
+        f"uv {pinned.group(1)}")
+
+
+def test_the_tool_cache_is_keyed_by_the_lock_and_never_fails_an_install(tmp_path: Path) -> None:
+    sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
+    from lxpu_engine import toolcache
+
+    lock = tmp_path / "tools.txt"
+    lock.write_text("tool==1.0 --hash=sha256:aa\n")
+    cache = tmp_path / "cache"
+    first = toolcache.entry(str(cache), "tool", "1.0", str(lock))
+    assert toolcache.entry("", "tool", "1.0", str(lock)) == "", "no cache, no entry"
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "tool").write_text("v1")
+    assert not toolcache.take(first, str(tmp_path / "copy")), "nothing kept yet"
+    toolcache.keep(str(tree), first)
+    assert toolcache.take(first, str(tmp_path / "copy"))
+    assert (tmp_path / "copy" / "bin" / "tool").read_text() == "v1"
+    # Another hash in the lock: another entry, so the kept tree is not reused.
+    lock.write_text("tool==1.0 --hash=sha256:bb\n")
+    assert toolcache.entry(str(cache), "tool", "1.0", str(lock)) != first
+    # A cache that cannot be written: the install goes on without it.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache directory would go")
+    toolcache.keep(str(tree), toolcache.entry(str(blocked), "tool", "1.0", str(lock)))
+    assert blocked.is_file()

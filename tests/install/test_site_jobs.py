@@ -186,19 +186,20 @@ def test_aurora_training_job_under_qsub_of_the_torque_wrapper(tmp_path: Path) ->
 
 
 @pytest.mark.slurm
-def test_qsub_honours_select_as_the_node_count(tmp_path: Path) -> None:
-    """Scripts asking for more nodes than this cluster has stay pending with that many nodes (then cancelled)."""
+def test_qsub_select_sets_the_node_count(tmp_path: Path) -> None:
+    """`qsub -l select=N` wins over a script's own select=: asking for more nodes than this cluster has, every Aurora
+    job script stays pending with that many nodes (then cancelled)."""
     require_qsub()
     available = len(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split())
-    scripts = [path for path in AURORA_SCRIPTS if aurora_shape(path)[0] > available]
-    assert scripts, "no Aurora job script asks for more nodes than this cluster has"
-    for script in scripts:
-        submitted = qsub(["-A", ACCOUNT, "-q", partition(), str(script)], tmp_path, job_env(tmp_path / "none"))
+    nodes = available + 1
+    for script in AURORA_SCRIPTS:
+        args = ["-A", ACCOUNT, "-q", partition(), "-l", f"select={nodes}", str(script)]
+        submitted = qsub(args, tmp_path, job_env(tmp_path / "none"))
         job_id = submitted.stdout.strip()
         assert submitted.returncode == 0 and job_id.isdigit(), submitted.stdout
         try:
             job = scontrol(job_id)
-            assert job["NumNodes"].split("-")[0] == str(aurora_shape(script)[0]) and job["JobState"] == "PENDING", job
+            assert job["NumNodes"].split("-")[0] == str(nodes) and job["JobState"] == "PENDING", job
         finally:
             subprocess.run(["scancel", job_id], check=False, timeout=30)
 

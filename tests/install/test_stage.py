@@ -244,6 +244,19 @@ def _fake_pbs(tmp_path: Path) -> dict[str, str]:
             "PATH": f"{fake}:/usr/local/bin:/usr/bin:/bin"}
 
 
+def test_a_failed_unpack_on_the_nodes_is_named_in_the_one_warning(shared: Shared, tmp_path: Path) -> None:
+    """The nodes' own failure is what the warning names, not the cleanup after it."""
+    shared.set_pack(sha256="0" * 64)
+    pbs = _fake_pbs(tmp_path)
+    pbs["PATH"] = f"{shared.root / 'bin'}:{pbs['PATH']}"
+    done = shared.run('eval "$(lightning-xpu-stage --shell)"; python', **pbs)
+    assert _where(done.stdout) == str(shared.root), done.stderr
+    (warning,) = done.stderr.strip().splitlines()
+    assert warning.startswith(f"lightning-xpu-stage: warning: running from the shared install {shared.root}: ")
+    assert "hash mismatch" in warning, warning
+    assert shared.copies() == []
+
+
 @pytest.mark.parametrize("entry", ["setup script", "module"])
 def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared: Shared, tmp_path: Path) -> None:
     """The setup script and modulefile the install writes switch to the copy by themselves."""

@@ -77,6 +77,7 @@ def write_site_job(site: str, prefix: Path) -> Path:
 
 def run_site_job(site: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "PBS_"))}
+    env["PYTHONPATH"] = str(REPO)  # a --python must import lightning_xpu: it checks the options past the environment
     job = write_site_job(site, cwd.parent / f"{cwd.name}-prefix")
     return subprocess.run(["bash", str(job), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -162,3 +163,15 @@ def test_every_site_job_has_help(site: str, tmp_path: Path) -> None:
     done = run_site_job(site, "--help", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("Usage: validate_lightning.sh")
 
+
+
+def test_site_job_refuses_a_python_without_a_current_lightning_xpu(tmp_path: Path) -> None:
+    """One prefix's job serves every tag in it; a Python whose lightning_xpu is missing (here: no site-packages at
+    all) or predates the job's hand-over gets one line naming both fixes, not an argparse error."""
+    python = tmp_path.parent / f"{tmp_path.name}-python"
+    python.write_text('#!/bin/sh\nexec python3 -I -S "$@"\n')
+    python.chmod(0o755)
+    done = run_site_job("aurora", "--python", str(python), cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"validate_lightning.sh: {python} has no lightning_xpu, or one older than this job")
+    assert "rerun that tag's install job with --force" in done.stderr and not list(tmp_path.iterdir())

@@ -24,14 +24,6 @@ def share(state: State) -> str:
     return f"{state['env']}/share/lightning-xpu"
 
 
-def python_of(state: State) -> str:
-    return f"{state['env']}/bin/python"
-
-
-def site_packages(state: State) -> str:
-    return f"{state['env']}/lib/python{state.python_version}/site-packages"
-
-
 def write_new(state: State, path: str, text: str) -> None:
     """A file of the new environment (not yet visible to anyone: no temporary file needed)."""
     say(f"+ write {quote(path)}")
@@ -60,6 +52,8 @@ def create_env(state: State) -> None:
         if os.path.isfile(lock):
             args.append(f"--lock={lock}")
         args += [f"--pip-option={option}" for option in state.pip_options]
+        if state.installer.uv_cache:
+            args.append(f"--tool-cache={state.installer.uv_cache}")
         if state.dry:
             say(f"+ python -m lxpu_engine.conda_layer {quote(*args)}")
         elif engine_on(state, sys.executable, "conda_layer", *args).returncode != 0:
@@ -69,7 +63,7 @@ def create_env(state: State) -> None:
         if state.base_is_venv:
             # A venv's --system-site-packages means its base interpreter's, not the base venv's: point a .pth
             # file at the base venv's site-packages so its torch is seen.
-            pth = f"{site_packages(state)}/_lightning_xpu_base.pth"
+            pth = f"{state.site_packages}/_lightning_xpu_base.pth"
             argv = [state["base_python"], "-c", 'import site; print("\\n".join(site.getsitepackages()))']
             say(f"+ {quote(*argv)} > {quote(pth)}")
             if not state.dry:
@@ -79,8 +73,8 @@ def create_env(state: State) -> None:
         state.installer.create_venv(env)
     if state.dry:
         return
-    if not os.access(python_of(state), os.X_OK):
-        raise fail(state, f"{state.env_manager} did not create {python_of(state)}")
+    if not os.access(state.env_python, os.X_OK):
+        raise fail(state, f"{state.env_manager} did not create {state.env_python}")
     os.makedirs(share(state), exist_ok=True)
 
 
@@ -159,7 +153,7 @@ def install_runtime(state: State) -> None:
             elif os.path.exists(path):
                 shutil.copy2(path, build)
     has_tools = 'import importlib.metadata as m, importlib.util as u, sys\nv = tuple(int(x) for x in m.version("setuptools").split(".")[:2])\nsys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)'  # noqa: E501
-    if state.dry or subprocess.run([python_of(state), "-c", has_tools], capture_output=True, check=False).returncode:
+    if state.dry or subprocess.run([state.env_python, "-c", has_tools], capture_output=True, check=False).returncode:
         say("(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build tools)")  # noqa: E501
         install_build_tools(state)
     state.installer.wheel(build, wheels)
@@ -200,7 +194,7 @@ def install_build_tools(state: State) -> None:
 def enable_hook(state: State) -> None:
     """The zero-code-change hook, the site's variables and modules, the toy fit the smoke job runs."""
     data, env = state.data, state["env"]
-    write_new(state, f"{site_packages(state)}/lightning_xpu-autoload.pth", _HOOK)
+    write_new(state, f"{state.site_packages}/lightning_xpu-autoload.pth", _HOOK)
     write_new(state, f"{env}/lightning-xpu-site.sh", "".join(f"{line}\n" for line in data["site_env"]))
     # The modules the module and setup script load: the site's, and the one that gave the venv its Python.
     modules = list(data["modules"])
@@ -213,7 +207,7 @@ def enable_hook(state: State) -> None:
 def write_pins(state: State) -> None:
     """The environment's pins (lxpu_engine/pins.py: constraints.txt), which the module and setup script apply to
     every pip and uv install into the environment or a user layer."""
-    if not state.dry and engine_on(state, python_of(state), "pins", "write", state["env"]).returncode != 0:
+    if not state.dry and engine_on(state, state.env_python, "pins", "write", state["env"]).returncode != 0:
         raise fail(state, "writing the environment's pins (constraints.txt) failed (see above)")
 
 
@@ -230,14 +224,14 @@ def pack_relocatable(state: State) -> None:
         f"{state.source}/scripts/common/stage/lightning-xpu-stage",
         f"{state['env']}/bin/",
     )
-    if not state.dry and engine_on(state, python_of(state), "pack", "relocatable", state["env"]).returncode != 0:
+    if not state.dry and engine_on(state, state.env_python, "pack", "relocatable", state["env"]).returncode != 0:
         raise fail(state, "making the environment relocatable failed (see above)")
 
 
 def byte_compile(state: State) -> None:
     # Packages' own test suites (a tests/ or test/ directory, a fifth of the files) are never imported by a
     # training job: left as source.
-    argv = [python_of(state), "-m", "compileall", "-q", "-j0", "-x", "/site-packages/.+/tests?/", f"{state['env']}/lib"]
+    argv = [state.env_python, "-m", "compileall", "-q", "-j0", "-x", "/site-packages/.+/tests?/", f"{state['env']}/lib"]
     say(f"+ {quote(*argv)}")
     if state.dry:
         return
@@ -287,13 +281,13 @@ class Packer:
         self.output = state.tmp("pack.log")
         sys.stdout.flush()
         with open(self.output, "wb") as out:
-            argv, env = engine_command(python_of(state), "pack", "make", state["env"], state.data["site"], state.tag)
+            argv, env = engine_command(state.env_python, "pack", "make", state["env"], state.data["site"], state.tag)
             self.child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                           pass_fds=state.child_fds())  # fmt: skip
 
     def finish(self, state: State) -> None:
         if state.dry:
-            argv = [python_of(state), "-m", "lxpu_engine.pack", "make", state["env"], state.data["site"], state.tag]
+            argv = [state.env_python, "-m", "lxpu_engine.pack", "make", state["env"], state.data["site"], state.tag]
             say(f"+ {quote(*argv)} (during the smoke job)")
             return
         assert self.child is not None
@@ -364,5 +358,5 @@ def write_manifest(state: State) -> None:
         "installer-why": installer.why, "shared-group": state["shared_group"],
     }  # fmt: skip
     words = [f"--{name}={value}" for name, value in args.items()] + [f"--pip-option={o}" for o in state.pip_options]
-    if engine_on(state, python_of(state), "manifest", state["env"], *words).returncode != 0:
+    if engine_on(state, state.env_python, "manifest", state["env"], *words).returncode != 0:
         raise fail(state, f"writing {state['env']}/manifest.json failed (see above)")

@@ -31,6 +31,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from lxpu_engine import toolcache
+
 WORKER = Path(__file__).with_name("conda_worker.py")
 TOOLS_LOCK = Path(__file__).resolve().parents[4] / "recipes" / "tools" / "conda-tools.txt"
 RECORD = Path("conda-meta") / "lightning-xpu-explicit.txt"
@@ -151,9 +153,10 @@ def _sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], None]) -> str:
-    """An interpreter that imports the pinned py-rattler: LIGHTNING_XPU_RATTLER_PYTHON, or the pin bootstrapped
-    into tools/py-rattler-<version> (a temporary directory, then one rename), with pip checking the lock's hashes."""
+def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], None], tool_cache: str = "") -> str:
+    """An interpreter that imports the pinned py-rattler: LIGHTNING_XPU_RATTLER_PYTHON, or the pin in
+    tools/py-rattler-<version> (a temporary directory, then one rename): copied from TOOL_CACHE, the uv cache, where
+    an earlier install kept it (lxpu_engine/toolcache.py), else bootstrapped with pip checking the lock's hashes."""
     given = os.environ.get("LIGHTNING_XPU_RATTLER_PYTHON")
     if given:
         return given
@@ -169,44 +172,35 @@ def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], Non
         raise CondaLayerError(f"{TOOLS_LOCK} pins no py-rattler==<version>: restore it from the repository")
     home = tools / f"py-rattler-{version}"
     if not (home / "rattler").is_dir():
-        log(f"conda layer: bootstrapping py-rattler {version} (hash-checked, from {TOOLS_LOCK})")
         tools.mkdir(parents=True, exist_ok=True)
         tmp = tools / f".tmp.py-rattler-{version}.{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--disable-pip-version-check",
-                "--no-input",
-                "install",
-                "--quiet",
-                "--root-user-action=ignore",
-                "--no-deps",
-                "--require-hashes",
-                "--target",
-                str(tmp),
-                *pip_options,
-                "-r",
-                str(TOOLS_LOCK),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
+        cached = toolcache.entry(tool_cache, "py-rattler", version, str(TOOLS_LOCK))
+        if toolcache.take(cached, str(tmp)) and (tmp / "rattler").is_dir():
+            log(f"conda layer: py-rattler {version} from the cache, {cached} (bootstrapped there from {TOOLS_LOCK})")
+        else:
             shutil.rmtree(tmp, ignore_errors=True)
-            why = next((line for line in done.stderr.splitlines() if line.startswith("ERROR:")), done.stderr.strip())
-            raise CondaLayerError(
-                f"py-rattler {version} could not be had ({why}): add it to the wheelhouse or pass --conda-exe"
-            )
+            _bootstrap_rattler(version, tmp, pip_options, log)
+            toolcache.keep(str(tmp), cached)
         try:
             tmp.rename(home)
         except OSError:  # another install put the same version there meanwhile: keep that one
             shutil.rmtree(tmp, ignore_errors=True)
     os.environ["PYTHONPATH"] = str(home)
     return sys.executable
+
+
+def _bootstrap_rattler(version: str, tmp: Path, pip_options: list[str], log: Callable[[str], None]) -> None:
+    log(f"conda layer: bootstrapping py-rattler {version} (hash-checked, from {TOOLS_LOCK})")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "install", "--quiet",
+           "--root-user-action=ignore", "--no-deps", "--require-hashes", "--target", str(tmp)]  # fmt: skip
+    done = subprocess.run([*pip, *pip_options, "-r", str(TOOLS_LOCK)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = next((line for line in done.stderr.splitlines() if line.startswith("ERROR:")), done.stderr.strip())
+        raise CondaLayerError(
+            f"py-rattler {version} could not be had ({why}): add it to the wheelhouse or pass --conda-exe"
+        )
 
 
 def run_worker(python: str, command: str, request: dict, scratch: Path) -> dict:
@@ -247,9 +241,10 @@ def _create_with_rattler(
     channels: list[str],
     pip_options: list[str],
     log: Callable[[str], None],
+    tool_cache: str,
 ) -> list[tuple[str, str]]:
     root = prefix.parent.parent  # <install prefix>/.envs/<tag>.<build>
-    python = rattler_python(root / ".tools", pip_options, log)
+    python = rattler_python(root / ".tools", pip_options, log, tool_cache)
     tmp = prefix.with_name(f".tmp.{prefix.name}.{os.getpid()}")
     with tempfile.TemporaryDirectory(prefix="lxpu-conda.") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -325,6 +320,7 @@ def create_environment(
     conda_exe: str | None,
     log: Callable[[str], None],
     pip_options: list[str] | None = None,
+    tool_cache: str = "",
 ) -> None:
     """The conda layer at prefix (which must not exist), or CondaLayerError with nothing left at prefix."""
     if prefix.exists():
@@ -335,7 +331,7 @@ def create_environment(
     if conda_exe:
         entries = _create_with_conda(prefix, python_version, channels, conda_exe, log)
     else:
-        entries = _create_with_rattler(prefix, python_version, lock, channels, pip_options or [], log)
+        entries = _create_with_rattler(prefix, python_version, lock, channels, pip_options or [], log, tool_cache)
     (prefix / RECORD).parent.mkdir(exist_ok=True)
     (prefix / RECORD).write_text(explicit_text(entries, python_version, channels), encoding="utf-8")
 
@@ -368,6 +364,7 @@ def main(argv: list[str]) -> int:
         command.add_argument("--pip-option", action="append", default=[])
         if name == "create":
             command.add_argument("--lock", type=Path, default=None)
+            command.add_argument("--tool-cache", default="", help="the uv cache (py-rattler is kept there)")
             command.add_argument("--conda-exe", default=os.environ.get("LIGHTNING_XPU_CONDA_EXE") or None)
     args = parser.parse_args(argv)
     channels = channels_from(args.channel, args.conda_channel)
@@ -389,6 +386,7 @@ def main(argv: list[str]) -> int:
                 conda_exe=args.conda_exe,
                 log=log,
                 pip_options=args.pip_option,
+                tool_cache=args.tool_cache,
             )
         else:
             write_lock(args.path, python_version=args.python, channels=channels, pip_options=args.pip_option, log=log)

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 
+from lxpu_engine import toolcache
 from lxpu_engine.commands import output_of, run_logged
 from lxpu_engine.state import State, bad_input, command_output, fail, quote, run, say, warn
 
@@ -113,30 +114,13 @@ class Installer:
             return
         lock = f"{state.source}/{UV_LOCK}"
         self.uv = f"{self.uv_dir}/bin/uv"
-        have = command_output(self.uv, "--version")[1] if os.access(self.uv, os.X_OK) else ""
-        if have.startswith(f"uv {self.uv_version}"):
+        if self._runs(self.uv):
             say(f"installer: uv {self.uv_version} ({self.uv_dir})")
         else:
             tmp = f"{state.prefix}/.tools/.tmp.uv-{self.uv_version}.{state['pid']}"
-            say(f"installer: bootstrapping uv {self.uv_version} (hash-checked, from {lock})")
-            pip = [self.uv_python, "-m", "pip"]
-            target = ["--no-deps", "--require-hashes", "--target", tmp, *state.pip_options, "-r", lock]
-            if state.dry:
-                run(state, *pip, "install", *target)
-            else:
-                os.makedirs(f"{state.prefix}/.tools", exist_ok=True)
-                shutil.rmtree(tmp, ignore_errors=True)
-                argv = [*pip, "--disable-pip-version-check", "--no-input", "install", "--quiet",
-                        "--root-user-action=ignore", *target]  # fmt: skip
-                say(f"+ {quote(*argv)}")
-                status, out = output_of(state, argv)
-                if out:
-                    say(out)
-                if status != 0:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
-                    self._fallback(errors[0].removeprefix("ERROR: ") if errors else "")
-                    return self.setup()
+            if not self._fetch_uv(lock, tmp):
+                return self.setup()
+            if not state.dry:
                 # Another tag's install may have put the same version there meanwhile: keep that one.
                 try:
                     os.rename(tmp, self.uv_dir)
@@ -157,6 +141,44 @@ class Installer:
         if os.stat(cache_parent).st_dev != os.stat(prefix_parent).st_dev or fs_type == "lustre":
             self.link_mode = "copy"
         say(f"installer: uv, cache {self.uv_cache} (link mode {self.link_mode})")
+
+    def _runs(self, uv: str) -> bool:
+        return os.access(uv, os.X_OK) and command_output(uv, "--version")[1].startswith(f"uv {self.uv_version}")
+
+    def _fetch_uv(self, lock: str, tmp: str) -> bool:
+        """The pinned uv into TMP: from the cache where a warm cache has it (lxpu_engine/toolcache.py), else
+        bootstrapped by pip, the one fetcher trusted to check the lock's hashes, and then kept in the cache.
+        False: uv could not be had, and the installer fell back to pip."""
+        state = self.state
+        cached = toolcache.entry(self.uv_cache, "uv", self.uv_version, lock)
+        if not state.dry:
+            os.makedirs(f"{state.prefix}/.tools", exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        if cached and os.path.isdir(cached):
+            say(f"installer: uv {self.uv_version} from the cache, {cached} (bootstrapped there from {lock})")
+            if state.dry or (toolcache.take(cached, tmp) and self._runs(f"{tmp}/bin/uv")):
+                return True
+            shutil.rmtree(tmp, ignore_errors=True)
+            warn(f"the cached uv in {cached} could not be copied or does not run: bootstrapping it again")
+        say(f"installer: bootstrapping uv {self.uv_version} (hash-checked, from {lock})")
+        pip = [self.uv_python, "-m", "pip"]
+        target = ["--no-deps", "--require-hashes", "--target", tmp, *state.pip_options, "-r", lock]
+        if state.dry:
+            run(state, *pip, "install", *target)
+            return True
+        argv = [*pip, "--disable-pip-version-check", "--no-input", "install", "--quiet", "--root-user-action=ignore",
+                *target]  # fmt: skip
+        say(f"+ {quote(*argv)}")
+        status, out = output_of(state, argv)
+        if out:
+            say(out)
+        if status != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
+            self._fallback(errors[0].removeprefix("ERROR: ") if errors else "")
+            return False
+        toolcache.keep(tmp, cached)
+        return True
 
     # ---- the operations ----
 

@@ -1,4 +1,4 @@
-"""Steps 1, 2 and 11 of an install (check, lock, publish) and the admin actions' steps: the lock, the no-op
+"""Steps 2 and 11 of an install (lock, publish) and the admin actions' steps: the lock, the no-op
 check, and publishing by ONE rename of <prefix>/<tag>.
 
 Publishing's operations, in order (each a place where tests kill the job: LXPU_TEST_PAUSE_AT):
@@ -29,12 +29,10 @@ from lxpu_engine.admin import admin_action
 from lxpu_engine.builds import complete
 from lxpu_engine.cleanup import remove_leftovers
 from lxpu_engine.entrypoints import entry_points_current, share_permissions, write_entry_points
-from lxpu_engine.inputs import have_intel_gpu
 from lxpu_engine.leases import host, remove_stale_leases
 from lxpu_engine.links import check_previous, share_link
 from lxpu_engine.locking import RELOCK, lock, locked
-from lxpu_engine.space import check_space
-from lxpu_engine.state import State, Stop, fail, quote, run, say, start_step, warn
+from lxpu_engine.state import State, Stop, fail, run, say, start_step
 
 
 def test_hook(state: State, op: str) -> None:
@@ -105,53 +103,6 @@ def after_publish_failure(state: State, status: int, total: str) -> int:
     say(f"WARNING: {reason} after publishing; the new build is live; rerun the same command to finish the housekeeping")
     say(f"lightning-xpu {state.tag}: installed {state.prefix}/{state.tag} -> .envs/{state.env_name} (housekeeping after publishing failed: {reason}) (total {total} s)")  # noqa: E501
     return status if status > 128 else 0
-
-
-# ---- step 1: check ----
-
-
-def check_step(state: State) -> None:
-    data = state.data
-    if state.auto_cpu_note:
-        rule = "#" * 80
-        say(f"{rule}\nNOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch\n      {data['version']} as module lightning-xpu/{state.tag} (NOT the XPU build).\n      Pass --variant xpu to build the XPU environment anyway.\n{rule}")  # noqa: E501
-    say(f"recipe:      PyTorch {data['version']}, Lightning {data['lightning']}, site {data['site']}, variant {state['variant']} (hash {data['recipe_hash'][:12]})")  # noqa: E501
-    if data.get("legacy"):
-        say(f"legacy:      {data['legacy']}")
-    say(f"prefix:      {state.prefix} (tag {state.tag})")
-    say(f"repository:  {state.source} (commit {state.commit})")
-    say(f"environment: {state.env_manager} ({state.env_why}), Python {state.python_version}{f' ({state.python})' if state.python else ''}")  # noqa: E501
-    if state["base_python"]:
-        say(f"base python: {state['base_python']} (torch {state.base_torch})")
-    pins = " ".join(state.variant_data["requirements"])
-    tools = " ".join(data["build_tools"])
-    if state.lock_path:
-        with open(state.lock_path) as handle:
-            count = sum(1 for line in handle if line[:1].isalnum())
-        say(f"pins:        {pins}, with every dependency from the lock: {count} packages, sha256-checked")
-        say(f"build tools: {tools} (from the lock, sha256-checked)")
-    else:
-        say(f"pins:        {pins} (no lock: dependencies resolved by pip, recorded in the manifest)")
-        say(f"build tools: {tools} (pinned, no hash: the recipe has no lock)")
-    sources = f" {quote(*state.pip_options)}" if state.pip_options else ""
-    say(f"sources:     {state.sources_mode}{sources}{f'; lock {state.lock_path}' if state.lock_path else ''}")
-    for line in state.module_report:
-        say(f"module:      {line}")
-    left_out = "; ".join(data["modules_left_out"])
-    if not state.module_report and not left_out:
-        say("module:      none to load")
-    if left_out:
-        say(f"module:      left out for PyTorch {data['version']}: {left_out}")
-    if state["variant"] == "xpu" and not have_intel_gpu():
-        state.warnings.append("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")  # noqa: E501
-    for line in state.warnings:
-        warn(line)
-    say(f"inputs hash: {state.inputs_hash}")
-    job = "".join(f" ({kind} job {os.environ[name]})" for kind, name in (("Slurm", "SLURM_JOB_ID"), ("PBS", "PBS_JOBID")) if os.environ.get(name))  # noqa: E501
-    say(f"host:        {os.environ.get('HOSTNAME') or os.uname().nodename}{job}")
-    if state.unset_vars:
-        say(f"unset for the install: {' '.join(state.unset_vars)}")
-    check_space(state)
 
 
 # ---- step 2: the lock ----

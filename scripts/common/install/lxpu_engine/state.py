@@ -111,6 +111,15 @@ class State:
         return f"{self.prefix}/.envs"
 
     @property
+    def env_python(self) -> str:
+        """The interpreter of the environment being built."""
+        return f"{self.values['env']}/bin/python"
+
+    @property
+    def site_packages(self) -> str:
+        return f"{self.values['env']}/lib/python{self.python_version}/site-packages"
+
+    @property
     def env_name(self) -> str:
         """The name of this run's build (<tag>.<build-id>)."""
         return os.path.basename(self.values["env"])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lxpu_engine import build, publish
+from lxpu_engine import build, inputs, publish
 from lxpu_engine.state import State
 
 Step = tuple[str, str, tuple[Callable[[State], None], ...]]
 
 INSTALL_STEPS: tuple[Step, ...] = (
-    ("check", "check inputs and disk space", (publish.check_step,)),
+    ("check", "check inputs and disk space", (inputs.check_step,)),
     ("lock", "take the install lock", (publish.lock_or_stop,)),
     ("create", "create the {env_manager} environment", (build.create_env,)),
     ("packages", "install pinned packages", (build.install_packages,)),
