@@ -2,7 +2,8 @@
 # lightning-xpu site validation job: the body of every site's <prefix>/validate_lightning.sh (lxpu_engine/tagfiles.py
 # writes it with the site's defaults). It loads lightning-xpu, then hands over to `lightning-xpu validate --site-job`.
 set -euo pipefail
-prog=validate_lightning.sh prefix="$HOME/lightning-xpu" launchers=srun,mpiexec tag="" setup="" module="" modulepath="" python=""
+prog=validate_lightning.sh prefix="$HOME/lightning-xpu" launchers=srun,mpiexec
+tag="" setup="" module="" modulepath="" python=""
 die() { echo "$prog: $*" >&2; exit 2; }
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -24,8 +25,12 @@ EOF2
   esac
   name="${1#--}"; printf -v "${name#site-}" '%s' "$2"; shift 2  # --site-X: the site's default for --X, given first
 done
-[ "${tag:+x}${setup:+x}${module:+x}${python:+x}" = x ] || die "give exactly one of --tag (with --prefix), --setup, --module or --python"
-[ -z "$tag" ] || { setup="$prefix/lightning-setup-$tag.sh"; [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): give --prefix, or install it first"; }
+[ "${tag:+x}${setup:+x}${module:+x}${python:+x}" = x ] ||
+  die "give exactly one of --tag (with --prefix), --setup, --module or --python"
+if [ -n "$tag" ]; then
+  setup="$prefix/lightning-setup-$tag.sh"
+  [ -f "$setup" ] || die "no install of lightning-xpu $tag under $prefix (no $setup): give --prefix, or install it first"
+fi
 if [ -n "$setup" ]; then
   [ -f "$setup" ] || die "no setup script $setup"
   # shellcheck source=/dev/null
