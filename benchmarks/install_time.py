@@ -9,7 +9,8 @@ prefix from the same uv cache, and an unchanged re-run (a no-op). conda-warm-cac
 built by ci/conda_channel.py), paired with uv-warm-cache in the same run (its py-rattler bootstrap included: a fresh
 prefix has no <prefix>/.tools). baseline-warm-cache (with --baseline CHECKOUT, e.g. a `git worktree` of an earlier
 commit): that checkout's install job, same arguments, same warm uv cache, fresh prefix, in this run; the ratio
-install_job_over_baseline_warm compares the two (list it next to uv-warm-cache in --cases).
+install_job_over_baseline_warm compares the two (list it next to uv-warm-cache in --cases). --repeats N runs the
+list N times over (medians; the steps are the last round's).
 
 Every case gets a fresh prefix (or venv). "Empty cache" points the installer's cache (LIGHTNING_XPU_UV_CACHE_DIR
 for uv, PIP_CACHE_DIR for pip) at a new empty directory; "warm" reuses the cache the empty-cache run of the same
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,9 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per case")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--conda-channel", help="channel of the conda case (default: ci/conda_channel.py's, built)")
-    parser.add_argument("--baseline", type=Path, help="a checkout whose install job is the baseline-warm-cache case")
+    parser.add_argument("--baseline", help="a checkout whose install job is the baseline-warm-cache case")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds: each runs every case once, in order; figures are medians, and a ratio to the"
+                             " baseline is the median of each round's own ratio (for a machine whose speed drifts)")
     parser.set_defaults(cases=",".join(case for case in CASES if not case.startswith("baseline")))
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, not {args.repeats}")
     cases = [case.strip() for case in args.cases.split(",") if case.strip()]
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
@@ -75,16 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     script = REPO / "scripts" / args.site / f"install_lightning_{args.torch}.sh"
     if not script.is_file():
         parser.error(f"no install job {script.relative_to(REPO)}: render it with python recipes/render.py render")
-    baseline_script = (args.baseline or REPO) / "scripts" / args.site / f"install_lightning_{args.torch}.sh"
+    baseline_script = Path(args.baseline or REPO) / "scripts" / args.site / f"install_lightning_{args.torch}.sh"
     if "baseline-warm-cache" in cases and (args.baseline is None or not baseline_script.is_file()):
-        parser.error(f"baseline-warm-cache needs --baseline CHECKOUT with {baseline_script.relative_to(args.baseline or REPO)}")  # noqa: E501
+        parser.error(f"baseline-warm-cache needs --baseline CHECKOUT with {baseline_script.relative_to(Path(args.baseline or REPO))}")  # noqa: E501
 
     if args.workdir is not None:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as work:
         root = Path(work)
         caches = {kind: root / f"cache-{kind}" for kind in ("uv", "pip", "plain")}
-        results: dict[str, float] = {}
+        samples: dict[str, list[float]] = {}
         steps: dict[str, dict[str, float]] = {}
         smoke_alone_seconds: float | None = None
 
@@ -97,15 +104,15 @@ def main(argv: list[str] | None = None) -> int:
                 return dict(os.environ, LIGHTNING_XPU_UV_CACHE_DIR=str(cache))
             return dict(os.environ, PIP_CACHE_DIR=str(cache))
 
-        for case in cases:
+        for round_, case in ((r, c) for r in range(args.repeats) for c in cases):
             kind, _, state = case.partition("-")
             if kind == "plain":
                 env = cache_env("plain", state == "empty-cache")
-                venv = root / f"venv-{case}"
+                venv = root / f"venv-{case}-{round_}"
                 subprocess.run([args.python, "-m", "venv", str(venv)], check=True)
                 command = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
                            f"torch=={args.torch_pin}", f"lightning=={args.lightning_pin}"]
-                results[case] = timed(command, env, args.timeout)
+                samples.setdefault(case, []).append(timed(command, env, args.timeout))
                 continue
             if state == "rerun-noop":
                 prefix = next((p for p in sorted(root.glob(f"prefix {kind}-*")) if p.is_dir()), None)
@@ -116,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 # uv-second-prefix: another prefix, the same (warm) cache: what a second PyTorch version of a site
                 # gets from the cache the first one filled.
                 env = cache_env("uv" if kind in ("conda", "baseline") else kind, state == "empty-cache")
-                prefix = root / f"prefix {case}"  # a space in the path, as users have
+                prefix = root / f"prefix {case} {round_}"  # a space in the path, as users have
             if kind == "conda":
                 # The conda layer, then the same uv pip step as uv-warm-cache (its cache).
                 command = ["bash", str(script), "--prefix", str(prefix), "--installer", "uv", "--env-manager", "conda",
@@ -125,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
                 job, installer = (baseline_script, "uv") if kind == "baseline" else (script, kind)
                 command = ["bash", str(job), "--prefix", str(prefix), "--installer", installer,
                            *args.install_args.split()]
-            results[case] = timed(command, env, args.timeout)
+            samples.setdefault(case, []).append(timed(command, env, args.timeout))
             if state != "rerun-noop":
                 steps[case] = published_steps(prefix)
-            if case == SMOKE_ALONE_CASE:
+            if case == SMOKE_ALONE_CASE and round_ == 0:
                 smoke_alone_seconds = smoke_alone(prefix, root, args.timeout)
 
-    payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "steps": steps,
-                                  "smoke_alone_seconds": smoke_alone_seconds}
+    results = {case: statistics.median(seconds) for case, seconds in samples.items()}
+    payload: dict[str, object] = {"machine": machine(), "args": vars(args), "seconds": results, "samples": samples,
+                                  "steps": steps, "smoke_alone_seconds": smoke_alone_seconds}
     ratios = {}
     for state in ("warm-cache", "empty-cache"):
         uv, pip = steps.get(f"uv-{state}", {}), steps.get(f"pip-{state}", {})
@@ -143,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     if "conda-warm-cache" in results and "uv-warm-cache" in results:
         ratios["install_job_conda_over_venv_warm"] = results["conda-warm-cache"] / results["uv-warm-cache"]
     if "baseline-warm-cache" in results and "uv-warm-cache" in results:
-        ratios["install_job_over_baseline_warm"] = results["uv-warm-cache"] / results["baseline-warm-cache"]
+        paired = zip(samples["uv-warm-cache"], samples["baseline-warm-cache"])
+        ratios["install_job_over_baseline_warm"] = statistics.median(new / old for new, old in paired)
     if "uv-second-prefix" in results and "uv-warm-cache" in results:
         ratios["second_prefix_over_warm"] = results["uv-second-prefix"] / results["uv-warm-cache"]
     payload["ratios"] = ratios
-    print_table("install seconds (one run each)", ["case", "seconds"], [[k, v] for k, v in results.items()])
+    print_table(f"install seconds (median of {args.repeats} run(s) each)", ["case", "seconds", "runs"],
+                [[case, seconds, " ".join(f"{s:.1f}" for s in samples[case])] for case, seconds in results.items()])
     rows = [[case, by_step.get(INSTALL_STEP, float("nan")), smoke_of(by_step)] for case, by_step in steps.items()]
     print_table("from the manifests", ["case", "install step s", "smoke job s"], rows)
     if smoke_alone_seconds is not None:
