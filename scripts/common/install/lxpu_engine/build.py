@@ -14,8 +14,8 @@ import sys
 from lxpu_engine.commands import engine_command, engine_on
 from lxpu_engine.state import State, fail, quote, run, say, warn
 
-# The repository's files lightning_xpu's wheel is built from.
-_PACKAGE_SOURCES = ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "README.rst", "LICENSE", "lightning_xpu")
+# The repository's files lightning_xpu's wheel is built from (inputs.py hashes them too).
+PACKAGE_SOURCES = ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "README.rst", "LICENSE", "lightning_xpu")
 # The autoload hook: any interpreter of the environment imports lightning_xpu._autoload at start-up.
 _HOOK = 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
 
@@ -146,7 +146,7 @@ def install_runtime(state: State) -> None:
     say(f"+ copy the package sources to {quote(build)}")
     if not state.dry:
         os.makedirs(build, exist_ok=True)
-        for item in _PACKAGE_SOURCES:
+        for item in PACKAGE_SOURCES:
             path = f"{state.source}/{item}"
             if os.path.isdir(path):
                 shutil.copytree(path, f"{build}/{item}", ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)

@@ -1,6 +1,7 @@
-"""Commands the install runs whose output it also reads: printed first (`+ command`, as every step's commands are),
-streamed into the log as they run, and kept for the failure reason. Every child gets the install's lease
-descriptor and never the lock's (State.child_fds)."""
+"""Commands the install runs whose output it also reads. `run_logged` prints one first (`+ command`, as every
+step's commands are), streams it into the log as it runs and keeps it for the failure reason; `output_of` only
+collects it; `engine_command`/`engine_on` run an engine module on another interpreter. Every child gets the
+install's lease descriptor and never the lock's (State.child_fds)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+from lxpu_engine.build import PACKAGE_SOURCES
 from lxpu_engine.lmod import load_modules
 from lxpu_engine.space import check_space
 from lxpu_engine.state import State, bad_input, bad_input_unless_dry, command_output, quote, say, warn
@@ -237,9 +238,8 @@ def conda_layer_spec(state: State) -> str:
     return f"channels:\n{channels}dependencies:\n  - python={state.variant_data['python']}\n  - pip\n"
 
 
-# The repository's files an environment is built from (and the engine's own, under scripts/common).
-_REPOSITORY_ITEMS = ("lightning_xpu", "pyproject.toml", "README.md", "README.rst", "LICENSE", "setup.cfg", "setup.py",
-                     "scripts/common")  # fmt: skip
+# The repository's files an environment is built from: the wheel's sources, and the engine's own (scripts/common).
+_REPOSITORY_ITEMS = (*PACKAGE_SOURCES, "scripts/common")
 
 
 def _repository_digest(source: str) -> str:

@@ -5,8 +5,9 @@ must not change with it (issue 12): hash-checked locks, every package source ove
 configuration, which uv does not read: scripts/common/install/uv_sources.py maps each resolution key of
 `pip config list` to uv's options and refuses, in one line, a key it cannot map.
 
-The driver calls: `validate` (bad input exits 2 before anything is written), `setup` (after the lock: bootstraps
-uv, or falls back to pip and says why), then `create_venv`, `install` and `wheel` through the Installer.
+The driver calls `validate` (bad input exits 2 before anything is written); step 3 (build.create_env) calls `setup`
+(after the lock: uv from the cache or bootstrapped, or pip and why), then the build steps call `create_venv`,
+`install` and `wheel`.
 """
 
 from __future__ import annotations

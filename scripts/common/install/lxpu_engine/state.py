@@ -177,7 +177,7 @@ def warn(text: str) -> None:
 
 
 def fail(state: State, reason: str) -> Stop:
-    """A step failed: the driver's exit trap writes the last log line from the reason. Raise what it returns."""
+    """A step failed: the driver's end (driver.end) writes the last log line from the reason. Raise what it returns."""
     state.set("fail_reason", reason)
     say(f"ERROR: {reason}")
     return Stop(1)

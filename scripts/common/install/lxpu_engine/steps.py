@@ -32,7 +32,7 @@ INSTALL_STEPS: tuple[Step, ...] = (
     ("publish", "publish", (publish.publish_step,)),
 )
 
-# --prune, --uninstall and --rollback: the lock, then the action (titled by ACTION_TITLES).
+# --prune, --uninstall and --rollback: the lock, then the action (titled by EXTRA_TITLES).
 ADMIN_STEPS: tuple[Step, ...] = (
     ("lock", "take the install lock", (publish.take_lock,)),
     ("action", "the action (below)", (publish.admin_step,)),
