@@ -160,14 +160,7 @@ def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], Non
     given = os.environ.get("LIGHTNING_XPU_RATTLER_PYTHON")
     if given:
         return given
-    version = next(
-        (
-            line.split("==", 1)[1].split()[0]
-            for line in TOOLS_LOCK.read_text().splitlines()
-            if line.startswith("py-rattler==")
-        ),
-        None,
-    )
+    version = toolcache.pinned_version(str(TOOLS_LOCK), "py-rattler")
     if version is None:
         raise CondaLayerError(f"{TOOLS_LOCK} pins no py-rattler==<version>: restore it from the repository")
     home = tools / f"py-rattler-{version}"
@@ -192,12 +185,11 @@ def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], Non
 
 def _bootstrap_rattler(version: str, tmp: Path, pip_options: list[str], log: Callable[[str], None]) -> None:
     log(f"conda layer: bootstrapping py-rattler {version} (hash-checked, from {TOOLS_LOCK})")
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "install", "--quiet",
-           "--root-user-action=ignore", "--no-deps", "--require-hashes", "--target", str(tmp)]  # fmt: skip
-    done = subprocess.run([*pip, *pip_options, "-r", str(TOOLS_LOCK)], capture_output=True, text=True, check=False)
+    argv = toolcache.bootstrap_argv(sys.executable, str(tmp), pip_options, str(TOOLS_LOCK))
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        why = next((line for line in done.stderr.splitlines() if line.startswith("ERROR:")), done.stderr.strip())
+        why = toolcache.pip_error(done.stderr) or done.stderr.strip()
         raise CondaLayerError(
             f"py-rattler {version} could not be had ({why}): add it to the wheelhouse or pass --conda-exe"
         )

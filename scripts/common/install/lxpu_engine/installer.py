@@ -60,11 +60,10 @@ class Installer:
         lock = f"{state.source}/{UV_LOCK}"
         if not os.path.isfile(lock):
             raise bad_input(state, f"{lock} is missing: pass the repository with --source, or --installer pip")
-        with open(lock) as handle:
-            match = re.search(r"^uv==([^ \\\n]*)", handle.read(), re.MULTILINE)
-        if not match:
+        uv_version = toolcache.pinned_version(lock, "uv")
+        if not uv_version:
             raise bad_input(state, f"{lock} pins no uv==<version>: restore it from the repository")
-        self.uv_version = match.group(1)
+        self.uv_version = uv_version
         self.uv_python = state.python or shutil.which("python3") or ""
         if not self.uv_python:
             self._fallback("no Python to bootstrap uv with")
@@ -162,21 +161,16 @@ class Installer:
             shutil.rmtree(tmp, ignore_errors=True)
             warn(f"the cached uv in {cached} could not be copied or does not run: bootstrapping it again")
         say(f"installer: bootstrapping uv {self.uv_version} (hash-checked, from {lock})")
-        pip = [self.uv_python, "-m", "pip"]
-        target = ["--no-deps", "--require-hashes", "--target", tmp, *state.pip_options, "-r", lock]
-        if state.dry:
-            run(state, *pip, "install", *target)
-            return True
-        argv = [*pip, "--disable-pip-version-check", "--no-input", "install", "--quiet", "--root-user-action=ignore",
-                *target]  # fmt: skip
+        argv = toolcache.bootstrap_argv(self.uv_python, tmp, state.pip_options, lock)
         say(f"+ {quote(*argv)}")
+        if state.dry:
+            return True
         status, out = output_of(state, argv)
         if out:
             say(out)
         if status != 0:
             shutil.rmtree(tmp, ignore_errors=True)
-            errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
-            self._fallback(errors[0].removeprefix("ERROR: ") if errors else "")
+            self._fallback(toolcache.pip_error(out))
             return False
         toolcache.keep(tmp, cached)
         return True

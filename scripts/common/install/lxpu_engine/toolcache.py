@@ -1,4 +1,5 @@
-"""The install's own tools (uv, and py-rattler for the conda layer) kept beside the uv cache, so that a new prefix
+"""The install's own tools (uv, and py-rattler for the conda layer): their pins, the pip command that bootstraps
+them, and the copy kept beside the uv cache, so that a new prefix
 with a warm cache copies them instead of bootstrapping them with pip again (pip's start and resolution are about
 3.5 s of a 35 s warm install on 2 cores; benchmarks/install_time.py, uv-second-prefix).
 
@@ -17,12 +18,32 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import time
 
 SUBDIR = "lightning-xpu-tools"
 # A temporary tree older than this is a killed run's (the copy takes well under a second).
 STALE_TMP_S = 3600
+
+
+def pinned_version(lock: str, name: str) -> str | None:
+    """NAME's version in the hashed LOCK (`NAME==VERSION \\`), or None."""
+    with open(lock) as handle:
+        match = re.search(rf"^{re.escape(name)}==([^\s\\]+)", handle.read(), re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def bootstrap_argv(python: str, target: str, pip_options: list[str], lock: str) -> list[str]:
+    """pip installing LOCK's pins into TARGET: pip is the one fetcher trusted to check the lock's hashes."""
+    return [python, "-m", "pip", "install", "--no-deps", "--require-hashes", "--target", target,
+            "--disable-pip-version-check", "--no-input", "--quiet", "--root-user-action=ignore", *pip_options,
+            "-r", lock]  # fmt: skip
+
+
+def pip_error(out: str) -> str:
+    """The first of pip's ERROR lines (its reason), without the prefix; "" when it printed none."""
+    return next((line.removeprefix("ERROR: ") for line in out.splitlines() if line.startswith("ERROR:")), "")
 
 
 def entry(cache_dir: str, name: str, version: str, lock: str) -> str:
