@@ -54,7 +54,8 @@ def node_count(environ: Mapping[str, str]) -> tuple[int, str]:
     return 1, "no scheduler"
 
 
-def job_stamp(environ: Mapping[str, str]) -> str:
-    """The job's id without a PBS server suffix (123.aurora-pbsadmin -> 123), else the date and time."""
-    job = environ.get("SLURM_JOB_ID") or environ.get("PBS_JOBID") or time.strftime(DATE_STAMP)
+def job_stamp(environ: Mapping[str, str], outside: str = "") -> str:
+    """The job's id without a PBS server suffix (123.aurora-pbsadmin -> 123); outside a job OUTSIDE, else the date
+    and time."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("PBS_JOBID") or outside or time.strftime(DATE_STAMP)
     return job.split(".")[0]

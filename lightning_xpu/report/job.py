@@ -21,10 +21,11 @@ import sys
 from pathlib import Path
 
 from lightning_xpu.environments.errors import LaunchError
-from lightning_xpu.report.allocation import node_count, submit_directory
+from lightning_xpu.report.allocation import job_stamp, node_count, submit_directory
+from lightning_xpu.report.model import environment_variant
 
 # The line the Trainer's banner prints when the fit runs on an XPU (lightning_xpu/trainer.py);
-# tests/runtime/test_job_device_check.py checks it against the real banner.
+# tests/runtime/test_job_device_check.py checks it against the banner Lightning prints on a simulated XPU.
 XPU_USED = re.compile(r"XPU available: True \([0-9]+ devices?\), used: True")
 BANNER = "GPU available: "
 
@@ -38,12 +39,17 @@ def say(message: str) -> None:
 
 
 def expected_device() -> str:
-    """LIGHTNING_XPU_EXPECT, else cpu for a module or setup script of a CPU build (its name ends in -cpu)."""
-    expect = os.environ.get("LIGHTNING_XPU_EXPECT", "")
+    """LIGHTNING_XPU_EXPECT, else cpu for a CPU build: the loaded install's variant, as the smoke level reads it
+    (lightning_xpu/report/model.py environment_variant; right for `module load lightning-xpu` whose default is a
+    -cpu build); outside an install, a module or setup script whose name ends in -cpu. Else xpu."""
+    expect = os.environ.get("LIGHTNING_XPU_EXPECT")
     if expect:
         return expect
-    name = os.environ.get("LIGHTNING_XPU_SETUP") or os.environ.get("LIGHTNING_XPU_MODULE", "")
-    return "cpu" if name.endswith(("-cpu", "-cpu.sh")) else "xpu"
+    variant = environment_variant()[0]
+    if variant is None:
+        name = os.environ.get("LIGHTNING_XPU_SETUP") or os.environ.get("LIGHTNING_XPU_MODULE", "")
+        variant = "cpu" if name.endswith(("-cpu", "-cpu.sh")) else "xpu"
+    return "cpu" if variant == "cpu" else "xpu"
 
 
 def check_device(log: Path) -> str:
@@ -98,7 +104,7 @@ def launch(ranks: int, cores: int, nodes: int, args: list[str], launcher: list[s
     shown = " ".join(f"{name}={os.environ.get(name, 'unset')}"
                      for name in ("ZE_FLAT_DEVICE_HIERARCHY", "ZE_AFFINITY_MASK", "SLURM_GPUS_ON_NODE"))
     say(f"devices: {shown}")
-    log = Path(f"lxpu-train-{os.environ.get('SLURM_JOB_ID') or os.environ.get('PBS_JOBID') or os.getppid()}.log")
+    log = Path(f"lxpu-train-{job_stamp(os.environ, outside=str(os.getppid()))}.log")
     say(f"launch: {shlex.join(command)}")
     say(f"launcher: {shutil.which(command[0]) or command[0]}")
     say(f"log: {Path.cwd() / log}")

@@ -9,8 +9,8 @@
 #   LIGHTNING_XPU_TRAIN  your training script (default: train.py in the working directory), run as python TRAIN
 #                 --devices <ranks per node> --num-nodes <nodes> [ARGS...]: the job script's own arguments, then the
 #                 words of LIGHTNING_XPU_TRAIN_ARGS (for qsub -v)
-#   LIGHTNING_XPU_EXPECT  xpu or cpu: the device the Trainer's banner must show (default: cpu for a module or setup
-#                 script whose name ends in -cpu, else xpu)
+#   LIGHTNING_XPU_EXPECT  xpu or cpu: the device the Trainer's banner must show (default: cpu for a CPU build, by
+#                 the install's manifest, or a module or setup script name ending in -cpu; else xpu)
 #   LIGHTNING_XPU_REPO  this clone, where a job script run from elsewhere (a scheduler's copy) finds this file
 
 lxpu_job_die() { printf '%s: %s\n' "$LXPU_JOB_NAME" "$*" >&2; exit 2; }

@@ -56,7 +56,7 @@ def verdicts(log: Path) -> dict[str, bool]:
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_a_fit_on_xpu_passes_only_the_xpu_check(simulated_xpu, banner_file, package) -> None:
+def test_a_fit_on_simulated_xpu_passes_only_the_xpu_check(simulated_xpu, banner_file, package) -> None:
     """Simulated XPU (2 devices), accelerator="xpu"."""
     simulated_xpu(devices=2)
     build("trainer", package, accelerator="xpu", devices=1)
@@ -65,7 +65,7 @@ def test_a_fit_on_xpu_passes_only_the_xpu_check(simulated_xpu, banner_file, pack
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_a_cpu_fit_on_an_xpu_machine_fails_the_xpu_check(simulated_xpu, banner_file, package) -> None:
+def test_a_cpu_fit_on_a_simulated_xpu_machine_fails_the_xpu_check(simulated_xpu, banner_file, package) -> None:
     """Simulated XPU; the Trainer runs on CPU: the job that silently trained the wrong thing."""
     simulated_xpu(devices=2)
     with pytest.warns(Warning, match="XPU available but not used"):
@@ -96,3 +96,23 @@ def test_a_failed_launch_ends_the_job_with_its_status_before_any_device_check(tm
                                *launcher], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == status and "device check" not in done.stdout + done.stderr, done.stdout
         assert "job: launch: sh -c" in done.stdout and (tmp_path / f"lxpu-train-{os.getpid()}.log").exists()
+
+
+def test_the_expected_device_comes_from_the_loaded_install_before_the_module_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`module load lightning-xpu` whose default is a -cpu build: the module name says nothing, the install's
+    manifest says cpu; outside an install the name decides; LIGHTNING_XPU_EXPECT overrides both."""
+    from lightning_xpu.report.job import expected_device
+
+    for name in ("LIGHTNING_XPU_EXPECT", "LIGHTNING_XPU_VARIANT", "LIGHTNING_XPU_SETUP", "LIGHTNING_XPU_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LIGHTNING_XPU_MODULE", "lightning-xpu/any-cpu")
+    assert expected_device() == "cpu"
+    monkeypatch.setenv("LIGHTNING_XPU_MODULE", "lightning-xpu")
+    assert expected_device() == "xpu"
+    (tmp_path / "manifest.json").write_text('{"recipe": {"variant": "cpu"}}')
+    monkeypatch.setenv("LIGHTNING_XPU_ROOT", str(tmp_path))
+    assert expected_device() == "cpu"
+    monkeypatch.setenv("LIGHTNING_XPU_EXPECT", "xpu")
+    assert expected_device() == "xpu"
