@@ -1,7 +1,7 @@
 """The site validation job (<prefix>/validate_lightning.sh) from recipes/sites/<site>.toml [validation]: every
 site's job carries its scheduler's directives and its defaults, runs from a spool copy, answers --help; a site
-without the table gets one from its scheduler; bad directives are one line; the engine's `tagfiles site-job`
-command writes it, sees it current and restores it."""
+without the table gets one from its scheduler; bad directives are one line; the engine (lxpu_engine/tagfiles.py
+write_site_validation_job, site_job_current) writes it, sees it current and restores it."""
 
 from __future__ import annotations
 

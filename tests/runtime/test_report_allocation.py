@@ -71,10 +71,10 @@ def test_job_nodes_prints_the_count_and_a_bad_node_file_is_one_line(
     no_scheduler.setenv("PBS_NODEFILE", str(node_file(tmp_path, ["x", "y"])))
     assert job.main(["nodes"]) == 0 and capsys.readouterr().out == "2\n"
     no_scheduler.setenv("PBS_NODEFILE", str(tmp_path / "gone"))
-    no_scheduler.setenv("LXPU_JOB_NAME", "train_node.pbs")
+    no_scheduler.setenv("LXPU_JOB_NAME", "train_nodes.pbs")
     assert job.main(["nodes"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("train_node.pbs: cannot read the PBS node file") and err.count("\n") == 1
+    assert err.startswith("train_nodes.pbs: cannot read the PBS node file") and err.count("\n") == 1
 
 
 def test_the_launch_log_names_the_directory_the_environment_and_the_nodes_source(
