@@ -111,10 +111,8 @@ class InputError(Exception):
     """A bad option of `validate`: one line naming the fix (exit status 2)."""
 
 
-def count_option(option: str, text: str | None, default: int, most: int | None = None) -> int:
+def count_option(option: str, text: str, most: int | None = None) -> int:
     """The value of a count option (--nodes, --devices): a whole number from 1 to `most`."""
-    if text is None:
-        return default
     if not text.isdigit() or int(text) < 1 or (most is not None and int(text) > most):
         wanted = "a positive number" if most is None else " or ".join(str(n) for n in range(1, most + 1))
         raise InputError(f"{option} must be {wanted}, got '{text}'")
@@ -129,8 +127,10 @@ def site_job_options(args: argparse.Namespace) -> None:
 
     if args.level != "site":
         raise InputError(f"--site-job runs the site level, not --level {args.level}")
-    allocated = min(node_count(os.environ)[0], 2) if args.nodes is None else 0
-    args.nodes = count_option("--nodes", args.nodes, allocated, most=2)
+    if args.nodes is None:
+        args.nodes = min(node_count(os.environ)[0], 2)
+    else:
+        args.nodes = count_option("--nodes", args.nodes, most=2)
     if args.out is None and args.json is None:
         args.out = submit_directory(os.environ)[0] / f"lightning-xpu-validation-{job_stamp(os.environ)}"
 
@@ -165,8 +165,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if args.site_job:
             site_job_options(args)
         else:
-            args.nodes = count_option("--nodes", args.nodes, 1)
-        args.devices = count_option("--devices", args.devices, 0) or None
+            args.nodes = 1 if args.nodes is None else count_option("--nodes", args.nodes)
+        args.devices = None if args.devices is None else count_option("--devices", args.devices)
         unknown = sorted(set(only) - {spec.name for spec in specs})
         if unknown:
             raise InputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
