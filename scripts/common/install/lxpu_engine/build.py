@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from lxpu_engine.commands import engine_command, engine_on
+from lxpu_engine.setup_lib import environment_exports
 from lxpu_engine.state import State, fail, quote, run, say, warn
 
 # The repository's files lightning_xpu's wheel is built from (inputs.py hashes them too).
@@ -318,10 +319,8 @@ def smoke(state: State) -> None:
         return
     # The site's variables, as the setup script sets them (`export NAME="${NAME:-value}"` lines).
     script = 'set +u; source "$1"; shift; exec "$@"'
-    home = os.environ.get("HOME", "")
-    overrides = {"PATH": f"{env}/bin:{os.environ.get('PATH', '')}", "LIGHTNING_XPU_ROOT": env,
-                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUSERBASE": f"{home}/.local/lightning-xpu/{state.tag}",
-                 ("CONDA_PREFIX" if state.env_manager == "conda" else "VIRTUAL_ENV"): env}  # fmt: skip
+    overrides = {"PATH": f"{env}/bin:{os.environ.get('PATH', '')}", "PYTHONDONTWRITEBYTECODE": "1",
+                 **environment_exports(env, state.tag, os.environ.get("HOME", ""))}  # fmt: skip
     sys.stdout.flush()
     argv = ["bash", "-c", script, "smoke", f"{env}/lightning-xpu-site.sh", *argv]
     status = subprocess.run(argv, env={**os.environ, **overrides}, pass_fds=state.child_fds(), check=False).returncode

@@ -17,6 +17,8 @@ from lxpu_engine.tagfiles import (
     SETUP_HELPER_NAME,
     VALIDATION_LIBRARY_NAME,
     TagData,
+    modulefile_name,
+    setup_name,
     site_job_current,
     tag_files_current,
     write_atomic,
@@ -27,8 +29,7 @@ from lxpu_engine.tagfiles import (
 
 def tag_entry_points(state: State) -> tuple[str, str]:
     """The tag's setup script and modulefile in the prefix."""
-    return (f"{state.prefix}/{os.path.basename(state['setup_file'])}",
-            f"{state.prefix}/modulefiles/{state['module']}.lua")  # fmt: skip
+    return f"{state.prefix}/{setup_name(state.tag)}", f"{state.prefix}/{modulefile_name(state.tag)}"
 
 
 def _shared_code(state: State) -> dict[str, str]:

@@ -176,8 +176,6 @@ def validate_repository(state: State) -> None:
         state.source = os.path.realpath(source)
     elif not state.source or not is_repo(state.source):
         raise bad_input(state, f"cannot find the lightning-xpu repository ({state.source or 'LXPU_SOURCE is not set'}): submit from inside the repository or pass --source DIR")  # noqa: E501
-    state.set("module", variant["module"])
-    state.set("setup_file", variant["setup"])
     for path in (f"{state.source}/{data['module_body']}", f"{state.source}/{data['setup_library']}",
                  f"{state.source}/{SETUP_HELPER}"):
         if not os.path.isfile(path):

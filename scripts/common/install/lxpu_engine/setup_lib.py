@@ -102,6 +102,23 @@ def module_lines(root: str, me: str) -> list[str]:
     return [*lines, f"else echo {_word(note)} >&2; fi"]
 
 
+def environment_exports(root: str, tag: str, home: str) -> dict[str, str]:
+    """The variables of the environment at ROOT itself, without a user layer (the install's smoke job runs with
+    these too, lxpu_engine/build.py)."""
+    # Each name spelt out as a key of exports: recipes/render.py checks them against recipes/known_env.toml.
+    exports: dict[str, str] = {}
+    if os.path.isdir(f"{root}/conda-meta"):
+        exports["CONDA_PREFIX"] = root
+    else:
+        exports["VIRTUAL_ENV"] = root
+    exports["PYTHONUSERBASE"] = f"{home}/.local/lightning-xpu/{tag}"  # pip install --user in a conda environment
+    exports["LIGHTNING_XPU_ROOT"] = root
+    # The environment's pins bind every pip and uv install (lxpu_engine/pins.py).
+    if os.path.isfile(f"{root}/share/lightning-xpu/constraints.txt"):
+        exports["PIP_CONSTRAINT"] = exports["UV_CONSTRAINT"] = file_url(f"{root}/share/lightning-xpu/constraints.txt")
+    return exports
+
+
 def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
     """The lines the library evaluates, in order: lease, PATH without another lightning-xpu environment's bin,
     site modules, then this environment's variables (its bin/ before what the modules added)."""
@@ -115,17 +132,7 @@ def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
     if f":{root}/bin:" not in f":{path}:":
         lines.append(f'PATH={_word(f"{root}/bin")}"${{PATH:+:$PATH}}"')
         path = f"{root}/bin:{path}"
-    # Each name spelt out as a key of exports: recipes/render.py checks them against recipes/known_env.toml.
-    exports: dict[str, str] = {}
-    if os.path.isdir(f"{root}/conda-meta"):
-        exports["CONDA_PREFIX"] = root
-    else:
-        exports["VIRTUAL_ENV"] = root
-    exports["PYTHONUSERBASE"] = f"{home}/.local/lightning-xpu/{tag}"  # pip install --user in a conda environment
-    exports["LIGHTNING_XPU_ROOT"] = root
-    # The environment's pins bind every pip and uv install (lxpu_engine/pins.py).
-    if os.path.isfile(f"{root}/share/lightning-xpu/constraints.txt"):
-        exports["PIP_CONSTRAINT"] = exports["UV_CONSTRAINT"] = file_url(f"{root}/share/lightning-xpu/constraints.txt")
+    exports = environment_exports(root, tag, home)
     # The user's writable layer (`lightning-xpu user-env`): its bin/ first, and the venv pip and uv install into.
     layer = f"{environ.get('LIGHTNING_XPU_USER_BASE') or f'{home}/.local/lightning-xpu'}/{tag}"
     if os.path.isfile(f"{layer}/pyvenv.cfg"):

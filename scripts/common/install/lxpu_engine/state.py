@@ -19,7 +19,7 @@ from typing import Any
 # The shared string fields.
 FIELDS = (
     "prefix", "tag", "version", "pid", "dry_run", "env", "shared_group", "lock_timeout", "action", "keep",
-    "older_than", "variant", "base_python", "log", "setup_file", "module", "noop", "force", "current", "published",
+    "older_than", "variant", "base_python", "log", "noop", "force", "current", "published",
     "fail_reason", "result", "lease_file", "lock_t0",
 )  # fmt: skip
 
