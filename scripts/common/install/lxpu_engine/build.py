@@ -55,10 +55,8 @@ def create_env(state: State) -> None:
         args += [f"--pip-option={option}" for option in state.pip_options]
         if state.installer.uv_cache:
             args.append(f"--tool-cache={state.installer.uv_cache}")
-        if state.dry:
-            say(f"+ python -m lxpu_engine.conda_layer {quote(*args)}")
-        elif engine_on(state, sys.executable, "conda_layer", *args).returncode != 0:
-            raise fail(state, "the conda layer could not be built (the line above says why)")
+        engine_on(state, sys.executable, "conda_layer", *args,
+                  failure="the conda layer could not be built (the line above says why)")
     elif state["base_python"]:
         state.installer.create_venv(env, "--system-site-packages")
         if state.base_is_venv:
@@ -208,8 +206,8 @@ def enable_hook(state: State) -> None:
 def write_pins(state: State) -> None:
     """The environment's pins (lxpu_engine/pins.py: constraints.txt), which the module and setup script apply to
     every pip and uv install into the environment or a user layer."""
-    if not state.dry and engine_on(state, state.env_python, "pins", "write", state["env"]).returncode != 0:
-        raise fail(state, "writing the environment's pins (constraints.txt) failed (see above)")
+    engine_on(state, state.env_python, "pins", "write", state["env"],
+              failure="writing the environment's pins (constraints.txt) failed (see above)")
 
 
 def pack_relocatable(state: State) -> None:
@@ -225,8 +223,8 @@ def pack_relocatable(state: State) -> None:
         f"{state.source}/scripts/common/stage/lightning-xpu-stage",
         f"{state['env']}/bin/",
     )
-    if not state.dry and engine_on(state, state.env_python, "pack", "relocatable", state["env"]).returncode != 0:
-        raise fail(state, "making the environment relocatable failed (see above)")
+    engine_on(state, state.env_python, "pack", "relocatable", state["env"],
+              failure="making the environment relocatable failed (see above)")
 
 
 def byte_compile(state: State) -> None:
@@ -288,7 +286,7 @@ class Packer:
 
     def finish(self, state: State) -> None:
         if state.dry:
-            argv = [state.env_python, "-m", "lxpu_engine.pack", "make", state["env"], state.data["site"], state.tag]
+            argv = engine_command(state.env_python, "pack", "make", state["env"], state.data["site"], state.tag)[0]
             say(f"+ {quote(*argv)} (during the smoke job)")
             return
         assert self.child is not None
@@ -357,5 +355,5 @@ def write_manifest(state: State) -> None:
         "installer-why": installer.why, "shared-group": state["shared_group"],
     }  # fmt: skip
     words = [f"--{name}={value}" for name, value in args.items()] + [f"--pip-option={o}" for o in state.pip_options]
-    if engine_on(state, state.env_python, "manifest", state["env"], *words).returncode != 0:
-        raise fail(state, f"writing {state['env']}/manifest.json failed (see above)")
+    engine_on(state, state.env_python, "manifest", state["env"], *words,
+              failure=f"writing {state['env']}/manifest.json failed (see above)")

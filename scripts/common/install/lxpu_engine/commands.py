@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Callable
+from typing import Callable
 
-from lxpu_engine.state import State, Stop, quote, say
+from lxpu_engine.state import State, Stop, fail, quote, say
 
 ENGINE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,11 +21,16 @@ def engine_command(python: str, module: str, *args: str) -> tuple[list[str], dic
     return [python, "-B", "-m", f"lxpu_engine.{module}", *args], {**os.environ, "PYTHONPATH": ENGINE_DIR}
 
 
-def engine_on(state: State, python: str, module: str, *args: str, **popen: Any) -> subprocess.CompletedProcess[bytes]:
-    """engine_command run to its end, with the install's lease."""
-    sys.stdout.flush()
+def engine_on(state: State, python: str, module: str, *args: str, failure: str) -> None:
+    """engine_command printed, then (unless a dry run) run to its end with the install's lease; a failure stops the
+    run with FAILURE as its reason."""
     argv, env = engine_command(python, module, *args)
-    return subprocess.run(argv, env=env, check=False, pass_fds=state.child_fds(), **popen)
+    say(f"+ {quote(*argv)}")
+    if state.dry:
+        return
+    sys.stdout.flush()
+    if subprocess.run(argv, env=env, check=False, pass_fds=state.child_fds()).returncode != 0:
+        raise fail(state, failure)
 
 
 def output_of(state: State, argv: list[str]) -> tuple[int, str]:
