@@ -23,7 +23,7 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STAGES=(lint ci recipes unit services multinode benchmarks docs)
+ALL_STAGES=(lint ci recipes unit services security multinode benchmarks docs)
 OFFLINE_STAGES=(lint recipes)
 UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
@@ -43,6 +43,7 @@ declare -A STAGE_NEEDS=(
     [recipes]="debian munge slurm base"
     [unit]="debian base lightning"
     [services]="debian impi munge slurm base conda-channel"
+    [security]="debian munge slurm base"
     [multinode]="$ALL_NEEDS"
     [benchmarks]="$ALL_NEEDS"
     [docs]="$ALL_NEEDS"
@@ -62,6 +63,7 @@ and a venv with ruff alone; no service). Stages, in order (default: all):
   unit        pytest tests/runtime -m "$UNIT_MARKERS",
               once per Lightning venv (the older ones beside the newest's run)
   services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
+  security    pytest tests/security: throwaway Unix accounts attack a shared install (needs root)
   multinode   the install job into build/ci-prefix, then pytest tests/multinode with its module
   benchmarks  pytest tests/benchmarks
   docs        pytest tests/docs
@@ -391,6 +393,7 @@ stage_multinode() {
     unset LXPU_MULTINODE_MODULE LXPU_MULTINODE_MODULEPATH
     return "$rc"
 }
+stage_security() { stage_dir tests/security; }
 stage_benchmarks() { stage_dir tests/benchmarks; }
 stage_docs() { stage_dir tests/docs; }
 
