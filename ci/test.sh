@@ -27,6 +27,19 @@ ALL_STAGES=(lint ci recipes unit services security multinode benchmarks docs)
 OFFLINE_STAGES=(lint recipes)
 UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
+# What each stage's pytest runs select: its test directories and, where given, its marker expression (--selection
+# prints this table; tests/ci/test_every_test_runs.py checks that every collected test is in some stage's selection).
+declare -A STAGE_TESTS=(
+    [ci]="tests/ci"
+    [recipes]="tests/recipes"
+    [unit]="tests/runtime"
+    [services]="tests/runtime tests/install"
+    [security]="tests/security"
+    [multinode]="tests/multinode"
+    [benchmarks]="tests/benchmarks"
+    [docs]="tests/docs"
+)
+declare -A STAGE_MARKERS=([unit]="$UNIT_MARKERS" [services]="$SERVICE_MARKERS")
 RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
 BASE="$LXPU_REPO_ROOT/build/venvs/base"
 LINT="$LXPU_REPO_ROOT/build/venvs/lint"
@@ -73,6 +86,7 @@ no test fails its stage.
   --stage NAME      run only this stage (repeat for several)
   --keep-services   leave munge and Slurm running at the end even if this run started them
   --plan            print what would be installed, started and built, and the stages; do nothing
+  --selection       print each stage's test directories and marker expression (STAGE<TAB>MARKERS<TAB>DIRS); do nothing
   --offline         install, start and build nothing (no network, no daemons, no root): run only
                     ${OFFLINE_STAGES[*]} (the default with --offline) with the venvs already in build/venvs;
                     a test whose service is missing skips instead of failing. E.g. after editing
@@ -93,6 +107,12 @@ while (($#)); do
         --keep-services) KEEP_SERVICES=1 ;;
         --offline) OFFLINE=1 ;;
         --plan) PLAN_ONLY=1 ;;
+        --selection)
+            for stage in "${ALL_STAGES[@]}"; do
+                [[ -z "${STAGE_TESTS[$stage]:-}" ]] || printf '%s\t%s\t%s\n' "$stage" "${STAGE_MARKERS[$stage]:-}" "${STAGE_TESTS[$stage]}"
+            done
+            exit 0
+            ;;
         --stage)
             (($# >= 2)) || ci_die "--stage needs a name: one of ${ALL_STAGES[*]}"
             [[ " ${ALL_STAGES[*]} " == *" $2 "* ]] || ci_die "unknown stage '$2': use one of ${ALL_STAGES[*]}"
@@ -332,8 +352,8 @@ stage_recipes() {
 
 stage_unit() {
     local rc=0 versions=() version
-    if [[ ! -d tests/runtime ]]; then
-        STAGE_SKIPPED="tests/runtime not present"
+    if [[ ! -d "${STAGE_TESTS[unit]}" ]]; then
+        STAGE_SKIPPED="${STAGE_TESTS[unit]} not present"
         return 0
     fi
     mapfile -t versions < <(find "$LXPU_VENV_DIR" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -V)
@@ -345,7 +365,7 @@ stage_unit() {
         expect_report "$CURRENT_STAGE-$version"
     done
     ((${#older[@]} == 0)) || beside "$CURRENT_STAGE-older" unit_in_venvs "${older[@]}"
-    run_pytest "$LXPU_VENV_DIR/${versions[-1]}" tests/runtime -m "$UNIT_MARKERS" || rc=1
+    run_pytest "$LXPU_VENV_DIR/${versions[-1]}" "${STAGE_TESTS[unit]}" -m "${STAGE_MARKERS[unit]}" || rc=1
     finish_beside || rc=1
     return "$rc"
 }
@@ -354,19 +374,20 @@ stage_unit() {
 unit_in_venvs() {
     local version rc=0
     for version in "$@"; do
-        run_pytest_as "$CURRENT_STAGE-$version" "$LXPU_VENV_DIR/$version" tests/runtime -m "$UNIT_MARKERS" || rc=1
+        run_pytest_as "$CURRENT_STAGE-$version" "$LXPU_VENV_DIR/$version" "${STAGE_TESTS[unit]}" -m "${STAGE_MARKERS[unit]}" || rc=1
     done
     return "$rc"
 }
 
 stage_services() {
     local dirs=()
-    mapfile -t dirs < <(present tests/runtime tests/install)
+    # shellcheck disable=SC2086  # a list of directories
+    mapfile -t dirs < <(present ${STAGE_TESTS[services]})
     if ((${#dirs[@]} == 0)); then
-        STAGE_SKIPPED="tests/runtime and tests/install not present"
+        STAGE_SKIPPED="${STAGE_TESTS[services]} not present"
         return 0
     fi
-    run_pytest "$BASE" "${dirs[@]}" -m "$SERVICE_MARKERS"
+    run_pytest "$BASE" "${dirs[@]}" -m "${STAGE_MARKERS[services]}"
 }
 
 # stage_dir DIR: the stages that are one pytest over one directory.
@@ -377,7 +398,7 @@ stage_dir() {
     fi
     run_pytest "$BASE" "$1"
 }
-stage_ci() { stage_dir tests/ci; }
+stage_ci() { stage_dir "${STAGE_TESTS[ci]}"; }
 # The multi-node ranks run in an environment the install job built, loaded through its modulefile (issue 5):
 # the README's install command into build/ci-prefix (a no-op when it is already installed with these inputs).
 stage_multinode() {
@@ -389,13 +410,13 @@ stage_multinode() {
     printf -- '--- install job for the ranks into %s\n' "$prefix"
     bash scripts/generic/install_lightning_2.13.sh --variant cpu --pip-source system --prefix "$prefix" || return 1
     export LXPU_MULTINODE_MODULE=lightning-xpu/2.13-cpu LXPU_MULTINODE_MODULEPATH="$prefix/modulefiles"
-    stage_dir tests/multinode || rc=1
+    stage_dir "${STAGE_TESTS[multinode]}" || rc=1
     unset LXPU_MULTINODE_MODULE LXPU_MULTINODE_MODULEPATH
     return "$rc"
 }
-stage_security() { stage_dir tests/security; }
-stage_benchmarks() { stage_dir tests/benchmarks; }
-stage_docs() { stage_dir tests/docs; }
+stage_security() { stage_dir "${STAGE_TESTS[security]}"; }
+stage_benchmarks() { stage_dir "${STAGE_TESTS[benchmarks]}"; }
+stage_docs() { stage_dir "${STAGE_TESTS[docs]}"; }
 
 # ---- run ---------------------------------------------------------------------------------------
 SUMMARY=()

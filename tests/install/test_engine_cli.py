@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 
 import install_harness as h
+import pytest
 from lxpu_engine.steps import INSTALL_STEPS
+
+pytestmark = pytest.mark.install
 
 SHIM = h.REPO / "bin" / "lightning-xpu-admin"
 
