@@ -448,7 +448,7 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
 # ---- a small prebuilt environment: fault tests that need no real install ----
 
 
-def make_prebuilt_env(dest: Path, source: Path) -> Path:
+def make_prebuilt_env(dest: Path, source: Path, base: str | None = None) -> Path:
     """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (lxpu_engine/publish.py).
 
     A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
@@ -456,7 +456,7 @@ def make_prebuilt_env(dest: Path, source: Path) -> Path:
     hook, the site files and a passing smoke result. It loads and runs like a real build, in a fraction of a
     second and a few hundred kilobytes; the install job copies it into each new build.
     """
-    base = base_python()
+    base = base or base_python()
     subprocess.run([base, "-m", "venv", "--without-pip", "--system-site-packages", str(dest)], check=True)
     python = dest / "bin" / "python"
     version = subprocess.run(
@@ -500,9 +500,9 @@ def rewrite_site_job(prefix: Path, source: Path) -> None:
     write_site_validation_job(prefix, jobs[f"{SITE}/{VERSION}"]["validation"])
 
 
-def prebuilt_args(source: Path) -> list[str]:
-    """Install-job options that fit the prebuilt environment."""
-    return ["--source", str(source), *PIP_SOURCE, "--base-python", base_python()]
+def prebuilt_args(source: Path, base: str | None = None) -> list[str]:
+    """Install-job options that fit the prebuilt environment (made over `base`, default base_python())."""
+    return ["--source", str(source), *PIP_SOURCE, "--base-python", base or base_python()]
 
 
 # ---- a torchrun job that outlives rebuilds ----

@@ -26,37 +26,57 @@ def accounts() -> Iterator[Accounts]:
     yield from accounts_session(Path("/tmp") / f"lxpu-security-{secrets.token_hex(4)}")
 
 
+# A Python every account can run: CI's own interpreter may sit under root's home (pyenv in /root, mode 0700), so the
+# accounts' builds are made over a venv of the distribution's Python 3.11 that sees the base venv's packages.
+SYSTEM_PYTHON = "/usr/bin/python3.11"
+
+
 @dataclass
 class SharedInstall:
     prefix: Path
     job: Path
     source: Path
     prebuilt: Path
+    python: str  # the base Python of its builds (reachable by every account)
+    group: str
 
     def run_install(self, *args: str, prefix: Path | None = None, **env: str | None) -> h.JobResult:
         """The install job as root (the administrator) on this install's inputs."""
-        return h.run_job(self.job, *h.prebuilt_args(self.source), "--shared-group", self.group, *args,
+        return h.run_job(self.job, *h.prebuilt_args(self.source, self.python), "--shared-group", self.group, *args,
                          prefix=prefix or self.prefix,
                          env=h.job_env(LXPU_TEST_PREBUILT=str(self.prebuilt), **env))  # fmt: skip
 
-    group: str = ""
+
+def accounts_python(dest: Path, accounts: Accounts) -> str:
+    """A venv of the system Python 3.11 whose site adds the base venv's packages (torch, Lightning), checked to
+    run as another account."""
+    if not Path(SYSTEM_PYTHON).is_file():
+        pytest.fail(f"{SYSTEM_PYTHON} is missing: the security tests need a Python 3.11 outside root's home "
+                    "(Debian: apt-get install python3.11)")  # fmt: skip
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(dest)], check=True)
+    sites = subprocess.run([h.base_python(), "-c", "import site; print(site.getsitepackages()[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    (site,) = dest.glob("lib/python3*/site-packages")
+    (site / "_lxpu_base_venv.pth").write_text(f"import site; site.addsitedir({sites!r})\n")
+    python = str(dest / "bin" / "python")
+    ran = accounts.run(accounts.victim, f"{python} -c 'import torch, lightning'")
+    if ran.returncode != 0:
+        pytest.fail(f"another account cannot import torch from {sites}: {ran.stderr.strip().splitlines()[-1:]} "
+                    "(put the checkout under world-traversable directories)")  # fmt: skip
+    return python
 
 
 @pytest.fixture(scope="session")
 def shared_install(accounts: Accounts) -> SharedInstall:
-    """2.13-cpu installed by root into `<base>/site prefix` for the accounts' group."""
+    """2.13-cpu installed by root into `<base>/admin/site prefix` for the accounts' group."""
     work = accounts.base / "admin"
     work.mkdir(mode=0o755)
-    base_python = h.base_python()
-    if not accounts.readable_by(accounts.victim, Path(base_python)):
-        pytest.fail(f"{base_python} (LXPU_PYTHON) cannot be read by another account: the security tests run the "
-                    "shared install as other users; put the checkout under world-traversable directories")  # fmt: skip
+    python = accounts_python(work / "python", accounts)
     source = h.make_source(work / "repo")
-    subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
     job = h.build_install_job(work / "job")
-    prebuilt = h.make_prebuilt_env(work / "prebuilt", source)
+    prebuilt = h.make_prebuilt_env(work / "prebuilt", source, python)
     subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
-    install = SharedInstall(work / "site prefix", job, source, prebuilt, accounts.group)
+    install = SharedInstall(work / "site prefix", job, source, prebuilt, python, accounts.group)
     result = install.run_install()
     assert result.returncode == 0, result.output
     return install
