@@ -55,8 +55,8 @@ class LeaseFile:
 
 def inspect(path: str) -> LeaseFile | None:
     """The lease at PATH, read without following a link and without blocking (a FIFO planted there is no lease);
-    None when the entry is not a regular file. Whether a process holds its shared flock: an exclusive lock taken
-    and dropped at once tells, without looking at anyone's processes."""
+    None when the entry is not a regular file of one link. Whether a process holds its shared flock: an exclusive
+    lock taken and dropped at once tells, without looking at anyone's processes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except PermissionError:
@@ -65,7 +65,8 @@ def inspect(path: str) -> LeaseFile | None:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        # A hard link is no lease either: it could be another account's file (where fs.protected_hardlinks is off).
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             return None
         text = os.read(fd, _MAX_LEASE).decode(errors="replace")
         try:
@@ -84,7 +85,9 @@ def _unreadable(path: str) -> LeaseFile | None:
         info = os.lstat(path)
     except OSError:
         return None
-    return LeaseFile({}, info.st_uid, _since({}, info), None) if stat.S_ISREG(info.st_mode) else None
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        return None
+    return LeaseFile({}, info.st_uid, _since({}, info), None)
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -192,13 +195,13 @@ def lease_live(state: State, path: str) -> tuple[bool, str]:
     why_not = forged(state, path, lease)
     if why_not:
         return False, why_not
-    live, why = _job_or_process(state, path, lease)
+    live, why = _job_or_process(state, lease)
     if lease.held and not live:
         return True, f"a process still holds its flock, although {why} (one the job left running: nohup, setsid)"
     return live, why
 
 
-def _job_or_process(state: State, path: str, lease: LeaseFile) -> tuple[bool, str]:
+def _job_or_process(state: State, lease: LeaseFile) -> tuple[bool, str]:
     """Lease liveness from its scheduler job, or its process on this host, or its age."""
     fields = lease.fields
     lease_host, job, cluster = fields.get("host", ""), fields.get("job", ""), fields.get("cluster", "")
