@@ -152,9 +152,9 @@ def holders(accounts: Accounts) -> Iterator[list[int]]:
     """Processes the attacker leaves running (killed at the end)."""
     pids: list[int] = []
     yield pids
-    for pid in pids:
+    for pid in pids:  # each a session leader (setsid): flock and the command it runs
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -325,3 +325,39 @@ def test_an_orphan_of_a_killed_slurm_job_keeps_its_build(
     assert result.returncode == 0, result.output
     assert not (prefix / ".envs" / build).exists(), result.output
     assert build in result.last_line, result.output
+
+
+def test_what_a_killed_install_left_running_keeps_its_build_and_stops_no_install(
+    shared_install: SharedInstall, fresh_prefix: Path
+) -> None:
+    """An install under Slurm killed by `scancel --batch --signal=KILL` leaves what it started (a compileall)
+    running, holding the install lease's flock, writing into its incomplete build: the next install neither waits
+    for it as for an install (its process has ended) nor removes the build under it; once nothing holds the lease,
+    the next run removes the build and says what it was."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    build = f"{h.TAG}.20200101T000000-{ended.pid}"
+    package = fresh_prefix / ".envs" / build / "lib" / "python3.11" / "site-packages" / "pkg"
+    package.mkdir(parents=True)
+    (package / "mod.py").write_text("VALUE = 1\n")
+    lease = fresh_prefix / ".leases" / f"{build}@{HOST}.0123456789abcdef.install-{ended.pid}"
+    lease.write_text(f"build={build}\nhost={HOST}\njob=slurm:999999\ncluster=\npid={ended.pid}\nuser=root\n"
+                     f"created={int(time.time())}\nwhat=install\nheld=flock\n")  # fmt: skip
+    orphan = subprocess.Popen(["flock", "-s", str(lease), "sleep", "600"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not _held(lease):
+            assert time.monotonic() < deadline, "flock never took the lease"
+            time.sleep(0.1)
+        result = _admin(shared_install, fresh_prefix, "--lock-timeout", "5")
+        assert result.returncode == 0, result.output
+        assert (package / "mod.py").is_file(), result.output
+        assert (f"keeping the incomplete build {fresh_prefix}/.envs/{build}: in use or in flight (a process still "
+                "holds its flock, although Slurm job 999999 has ended") in result.output, result.output  # fmt: skip
+    finally:
+        os.killpg(orphan.pid, signal.SIGKILL)  # flock and the sleep it started, which holds the lease too
+        orphan.wait()
+    result = _admin(shared_install, fresh_prefix, "--lock-timeout", "5")
+    assert result.returncode == 0, result.output
+    assert not (fresh_prefix / ".envs" / build).exists(), result.output
+    assert f"removing leftover {fresh_prefix}/.envs/{build} (an incomplete build of a killed run" in result.output

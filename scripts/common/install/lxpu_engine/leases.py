@@ -197,7 +197,8 @@ def lease_live(state: State, path: str) -> tuple[bool, str]:
         return False, why_not
     live, why = _job_or_process(state, lease)
     if lease.held and not live:
-        return True, f"a process still holds its flock, although {why} (one the job left running: nohup, setsid)"
+        return True, (f"a process still holds its flock, although {why} "
+                      "(something it started still runs: nohup, setsid, a child of a killed job)")
     return live, why
 
 
