@@ -15,6 +15,7 @@ from lxpu_engine.cleanup import install_leases, remove_build, unpublished
 from lxpu_engine.entrypoints import tag_entry_points
 from lxpu_engine.leases import live_leases, remove_stale_leases
 from lxpu_engine.links import check_previous, real_directory, set_link
+from lxpu_engine.nofollow import write_file
 from lxpu_engine.state import State, bad_input, fail, run, say
 
 
@@ -122,8 +123,7 @@ def uninstall(state: State) -> str:
     # Marks the tag as removed, so no run repairs its link to a build kept only for running jobs.
     say(f"+ write {marker}")
     if not state.dry:
-        with open(marker, "w") as handle:
-            handle.write(datetime.datetime.now().astimezone().isoformat(timespec="seconds") + "\n")
+        write_file(marker, datetime.datetime.now().astimezone().isoformat(timespec="seconds") + "\n")
     return result + f"; kept {len(kept)} in use: {', '.join(kept)}; --prune --keep 0 removes them once their jobs have ended)"  # noqa: E501
 
 

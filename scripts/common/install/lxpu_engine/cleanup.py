@@ -13,7 +13,7 @@ import os
 import shutil
 
 from lxpu_engine.builds import builds, complete, follow
-from lxpu_engine.leases import drop_install_lease, lease_live, live_leases
+from lxpu_engine.leases import drop_install_lease, install_leases, lease_live, live_leases
 from lxpu_engine.state import State, remove_quietly, run, say
 
 
@@ -26,8 +26,6 @@ def remove_build(state: State, name: str) -> None:
     run(state, "rm", "-rf", trash)
 
 
-def install_leases(state: State, name: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*.install-*"))
 
 
 def unpublished(state: State, name: str) -> bool:
@@ -91,6 +89,11 @@ def remove_leftovers(state: State) -> int:
         if leases:
             say(f"keeping the incomplete build {envs}/{name}: in use or in flight ({'; '.join(leases)})")
             continue
+        if not install_leases(state, name) and _skeleton(f"{envs}/{name}"):
+            say(f"removing leftover {envs}/{name} (directories a process of a killed run re-created after its build was removed: no file in it but bytecode caches, and no lease holds it)")  # noqa: E501
+            remove_build(state, name)
+            state.note(f"removed the leftover {name} of a killed run", quietly=True)
+            continue
         if not install_leases(state, name):
             say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)")  # noqa: E501
             continue
@@ -99,6 +102,15 @@ def remove_leftovers(state: State) -> int:
         run(state, "rm", "-f", *sorted(glob.glob(glob.escape(f"{state.prefix}/.leases/{name}@") + "*")))
         state.note(f"removed the leftover {name} of a killed run", quietly=True)
     return kept
+
+
+def _skeleton(path: str) -> bool:
+    """Only directories and bytecode caches: what a process of a killed run (an orphaned compileall) re-creates
+    after its build was removed. Nothing in it can be lost."""
+    for root, _dirs, files in os.walk(path):
+        if files and os.path.basename(root) != "__pycache__":
+            return False
+    return True
 
 
 def cleanup_failed_build(state: State) -> None:

@@ -24,6 +24,7 @@ from lxpu_engine.admin import validate_action
 from lxpu_engine.build import stop_pack
 from lxpu_engine.cleanup import cleanup_failed_build, finish
 from lxpu_engine.installer import Installer
+from lxpu_engine.nofollow import create_exclusive
 from lxpu_engine.publish import after_publish_failure
 from lxpu_engine.state import State, Stop, end_step, say, seconds_since, start_step
 from lxpu_engine.steps import ADMIN_STEPS, EXTRA_TITLES, INSTALL_STEPS
@@ -49,10 +50,17 @@ class Log:
     signals that stop the install, so that the last line ("FAILED ... interrupted") still reaches the log."""
 
     def __init__(self, path: str) -> None:
+        # A new file, never through a link (lxpu_engine/nofollow.py); tee appends to this very file through its
+        # descriptor, not by its name.
+        fd = create_exclusive(path, 0o644)
         self.saved = (os.dup(1), os.dup(2))
         sys.stdout.flush()
         sys.stderr.flush()
-        self.tee = subprocess.Popen(["tee", "-a", path], stdin=subprocess.PIPE, preexec_fn=_ignore_signals)
+        try:
+            self.tee = subprocess.Popen(["tee", "-a", f"/dev/fd/{fd}"], stdin=subprocess.PIPE, pass_fds=(fd,),
+                                        preexec_fn=_ignore_signals)  # fmt: skip
+        finally:
+            os.close(fd)
         assert self.tee.stdin is not None
         os.dup2(self.tee.stdin.fileno(), 1)
         os.dup2(self.tee.stdin.fileno(), 2)

@@ -18,7 +18,7 @@ import os
 import time
 
 from lxpu_engine.cleanup import remove_leftovers
-from lxpu_engine.leases import host, other_installer, take_install_lease
+from lxpu_engine.leases import host, other_installer, say_distrusted, take_install_lease
 from lxpu_engine.links import check_links
 from lxpu_engine.state import State, fail, quote, say
 
@@ -33,10 +33,10 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _read(path: str) -> str:
+def _read(fd: int) -> str:
+    """The holder's line, read through our own descriptor of the lock file."""
     try:
-        with open(path, errors="replace") as handle:
-            return handle.read().rstrip("\n")
+        return os.pread(fd, 4096, 0).decode(errors="replace").rstrip("\n")
     except OSError:
         return ""
 
@@ -59,7 +59,7 @@ def lock(state: State, again: bool) -> int:
         # The holder writes its line right after taking the lock: give it a moment if it is not there yet.
         holder = ""
         for _ in range(10):
-            holder = _read(lockfile)
+            holder = _read(fd)
             if holder.startswith("pid"):
                 break
             time.sleep(0.2)
@@ -86,14 +86,26 @@ def lock(state: State, again: bool) -> int:
             say(f"another install of {state.tag} holds no lock file but is still running ({other}): its lock file {lockfile} was deleted; waiting for it up to {timeout} s")  # noqa: E501
         said = True
         time.sleep(1)
-    with open(lockfile, "w") as handle:
-        handle.write(f"pid {state['pid']} host {host()} since {since}\n")
+    # Written through the locked descriptor: never through whatever the path is now.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {state['pid']} host {host()} since {since}\n".encode(), 0)
     return 0
+
+
+def open_lock_file(path: str) -> int:
+    """The lock file, opened read-write without truncating (the holder's line stays readable) and never through a
+    link. Mode 0600: an account that could open it could also hold its flock, and stop every install of the tag."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    info = os.fstat(fd)
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        os.fchmod(fd, 0o600)
+    return fd
 
 
 def locked(state: State) -> None:
     """Under the lock, once the driver holds its lease file: the lease, then the links, then the leftovers."""
     take_install_lease(state)
+    say_distrusted(state)
     check_links(state)
     remove_leftovers(state)
 

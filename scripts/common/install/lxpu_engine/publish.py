@@ -19,7 +19,6 @@ there); LXPU_TEST_FAIL_AT=<op> makes <op> fail as a full disk would.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -29,9 +28,10 @@ from lxpu_engine.admin import admin_action
 from lxpu_engine.builds import complete
 from lxpu_engine.cleanup import remove_leftovers
 from lxpu_engine.entrypoints import entry_points_current, share_permissions, write_entry_points
-from lxpu_engine.leases import host, remove_stale_leases
+from lxpu_engine.leases import new_install_lease, remove_stale_leases
 from lxpu_engine.links import check_previous, share_link
-from lxpu_engine.locking import RELOCK, lock, locked
+from lxpu_engine.locking import RELOCK, lock, locked, open_lock_file
+from lxpu_engine.nofollow import write_file
 from lxpu_engine.state import State, Stop, fail, run, say, start_step
 
 
@@ -57,12 +57,10 @@ def record(state: State) -> None:
     if state.dry:
         return
     share, env = f"{state['env']}/share/lightning-xpu", state["env"]
-    with open(f"{share}/previous-build", "w") as handle:
-        handle.write(state["current"] + "\n")
+    write_file(f"{share}/previous-build", state["current"] + "\n")
     kib = _du_first(["du", "-sk", env])
     files = _du_first(["du", "-s", "--inodes", env])
-    with open(f"{share}/size", "w") as handle:
-        handle.write(f"{kib} {files}\n")
+    write_file(f"{share}/size", f"{kib} {files}\n")
 
 
 def _du_first(argv: list[str]) -> str:
@@ -119,17 +117,13 @@ def take_lock(state: State) -> None:
     os.makedirs(os.path.dirname(lockfile), exist_ok=True)
     again = False
     while True:
-        # Opened read-write without truncating: the holder's line stays readable.
-        state.lock_fd = os.open(lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+        state.lock_fd = open_lock_file(lockfile)
         status = lock(state, again=again)
         if status != RELOCK:
             break
         os.close(state.lock_fd)
         state.lock_fd, again = None, True
-    lease = f"{state.prefix}/.leases/{state.env_name}@{host()}.install-{state['pid']}"
-    os.makedirs(os.path.dirname(lease), exist_ok=True)
-    state.lease_fd = os.open(lease, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    fcntl.flock(state.lease_fd, fcntl.LOCK_SH)
+    state.lease_fd, lease = new_install_lease(state)
     state.set("lease_file", lease)
     locked(state)
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lxpu_engine.leases import host, lease_live, read_lease
+from lxpu_engine.leases import LeaseFile, host, inspect, lease_files, lease_live, lease_owner
 from lxpu_engine.state import State
 
 PROG = "lightning-xpu-admin"
@@ -25,8 +24,12 @@ _SHOWN_HOLDERS = 4  # processes named per lease; the rest are counted
 @dataclass
 class Lease:
     path: str
-    fields: dict[str, str]
+    file: LeaseFile
     why: str  # lease_live's reason, e.g. "process 123 on node1"
+
+    @property
+    def fields(self) -> dict[str, str]:
+        return self.file.fields
 
 
 def command_of(pid: str) -> str | None:
@@ -59,23 +62,16 @@ def live_leases(prefix: Path) -> tuple[dict[str, list[Lease]], int]:
     state.set("prefix", str(prefix))
     by_build: dict[str, list[Lease]] = {}
     stale = 0
-    for path in sorted(glob.glob(glob.escape(str(prefix / ".leases")) + "/*@*")):
+    for path in lease_files(glob.escape(str(prefix / ".leases")) + "/*@*"):
         live, why = lease_live(state, path)
-        if not live:
+        lease = inspect(path)
+        if not live or lease is None:
             stale += 1
             continue
-        fields = read_lease(path)
-        build = fields.get("build") or os.path.basename(path).partition("@")[0]
-        by_build.setdefault(build, []).append(Lease(os.path.realpath(path), fields, why))
+        # The build its name says: the name is what --prune and the installs look up.
+        build = os.path.basename(path).partition("@")[0]
+        by_build.setdefault(build, []).append(Lease(os.path.realpath(path), lease, why))
     return by_build, stale
-
-
-def owner(path: str) -> str:
-    """Who wrote the lease file (a shell without USER records none)."""
-    try:
-        return pwd.getpwuid(os.stat(path).st_uid).pw_name
-    except (OSError, KeyError):
-        return "?"
 
 
 def _process(pid: str) -> str:
@@ -88,7 +84,7 @@ def holder_line(lease: Lease, holders: list[str]) -> str:
     fields = lease.fields
     what = {"module": "module load", "setup-script": "setup script", "install": "install"}.get(
         fields.get("what", ""), fields.get("what") or "lease")
-    parts = [what, f"user {fields.get('user') or owner(lease.path)}", f"host {fields.get('host') or '?'}"]
+    parts = [what, f"user {_user(lease)}", f"host {fields.get('host') or '?'}"]
     job = fields.get("job", "")
     if job:
         kind, _, job_id = job.partition(":")
@@ -103,6 +99,12 @@ def holder_line(lease: Lease, holders: list[str]) -> str:
         more = f" and {len(others) - _SHOWN_HOLDERS} more" if len(others) > _SHOWN_HOLDERS else ""
         parts.append(f"held open by {named}{more}")
     return f"{', '.join(parts)}: live ({lease.why})"
+
+
+def _user(lease: Lease) -> str:
+    """Who took the lease: its file's owner; a user= line that names someone else is shown, never believed."""
+    owner, says = lease_owner(lease.file), lease.fields.get("user", "")
+    return f"{owner} (its text says {says})" if says and says != owner else owner
 
 
 def release_line(lease: Lease) -> str:
