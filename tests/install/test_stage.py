@@ -334,3 +334,74 @@ def test_pack_refuses_a_venv_whose_pth_names_its_own_path(tmp_path: Path) -> Non
     assert _refusal(tmp_path) == ""
     (site / "editable.pth").write_text(f"{tmp_path}/src\n")
     assert "editable.pth names the environment's absolute path" in _refusal(tmp_path)
+
+
+# ---- the private directory (issue 27): one helper for every per-user node-local path ---------------------------
+
+def test_private_dir_is_made_private_and_reused(shared: Shared) -> None:
+    first = shared.run("lightning-xpu-stage --private-dir cache")
+    assert (first.returncode, first.stderr) == (0, ""), first.stderr
+    assert first.stdout == f"{shared.private() / 'cache'}\n"
+    for path in (shared.private(), shared.private() / "cache"):
+        info = path.lstat()
+        assert (info.st_uid, info.st_mode & 0o7777) == (os.getuid(), 0o700), path
+    again = shared.run("umask 000; lightning-xpu-stage --private-dir cache")
+    assert (again.returncode, again.stdout) == (0, first.stdout), again.stderr
+
+
+def test_private_dir_needs_one_plain_name(shared: Shared) -> None:
+    for name in ("../escape", "a/b", ".."):
+        done = shared.run(f"lightning-xpu-stage --private-dir {shlex.quote(name)}")
+        assert done.returncode == 2 and "--private-dir needs one NAME" in done.stderr, done.stderr
+
+
+# What stands at <node-local>/lxpu-<uid> (made as root: the owner is what the kernel says), and what the one
+# refusal line says about it besides its path.
+NOBODY = 65534
+
+
+def _owner_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "UNKNOWN"
+
+
+def _squat(private: Path, tmp_path: Path, case: str) -> str:
+    me = f"{_owner_name(os.getuid())} (uid {os.getuid()})"
+    if case == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        private.symlink_to(tmp_path / "elsewhere")
+        return f"it is a symbolic link owned by {me}, not a directory; remove it (rm -rf -- {private})"
+    private.mkdir()
+    if case == "another owner":
+        os.chown(private, NOBODY, NOBODY)
+        return f"it is owned by {_owner_name(NOBODY)} (uid {NOBODY}), not by you; another account made it"
+    private.chmod(0o777)
+    return f"it is owned by {me} with mode 0777: other accounts may write into it; remove it"
+
+
+@pytest.mark.parametrize("case", ["symlink", "another owner", "writable by others"])
+def test_a_private_dir_that_fails_a_check_is_refused_in_one_line(shared: Shared, tmp_path: Path, case: str) -> None:
+    said = f"refusing {shared.private()}: " + _squat(shared.private(), tmp_path, case)
+    done = shared.run("lightning-xpu-stage --private-dir cache")
+    assert (done.returncode, done.stdout) == (1, ""), done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"lightning-xpu-stage: error: {said}"), line
+    # Staging falls back to the shared install with that line, and never writes through it.
+    _falls_back(shared, said, LIGHTNING_XPU_STAGE_JOB="3")
+    if case == "symlink":
+        assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_parent_others_can_rename_in_is_refused(shared: Shared) -> None:
+    """A node-local directory that other accounts may write and that is not sticky (unlike /tmp): they could
+    replace lxpu-<uid> after it is checked."""
+    shared.local.chmod(0o777)
+    said = f"refusing {shared.local}: {shared.local} (mode 0777) is writable by other accounts and not sticky"
+    _falls_back(shared, said)
+    shared.local.chmod(0o1777)
+    done = shared.run("lightning-xpu-stage -- python", LIGHTNING_XPU_STAGE_JOB="4")
+    assert _where(done.stdout) == str(shared.jobdir("4") / TAG), done.stderr
