@@ -394,6 +394,8 @@ def test_a_private_dir_that_fails_a_check_is_refused_in_one_line(shared: Shared,
     _falls_back(shared, said, LIGHTNING_XPU_STAGE_JOB="3")
     if case == "symlink":
         assert list((tmp_path / "elsewhere").iterdir()) == []
+    status = shared.run("lightning-xpu-stage --status", LIGHTNING_XPU_STAGE_JOB="3")
+    assert f"copy:        {shared.jobdir('3') / TAG} ({said}" in status.stdout, status.stdout
 
 
 def test_a_parent_others_can_rename_in_is_refused(shared: Shared) -> None:

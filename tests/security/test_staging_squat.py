@@ -139,7 +139,9 @@ def _attack(accounts: Accounts, packed: Packed, scene: Scene, layout: str) -> No
     """As the attacker: plant the trees for the victim's next job ids in the old layout, and take the new layout's
     per-user directory as LAYOUT says."""
     uid, home = accounts.victim.uid, accounts.victim.home
-    first = accounts.run(accounts.attacker, "sbatch --parsable --wait -o /dev/null --wrap true", timeout=120)
+    # The attacker's own job (held, then cancelled) tells it the current job id.
+    first = accounts.run(accounts.attacker, "id=$(sbatch --parsable --hold -o /dev/null --wrap true) && scancel $id "
+                         "&& echo $id", timeout=120)  # fmt: skip
     assert first.returncode == 0, first.stderr
     last_id = int(first.stdout.strip().split(";")[0])
     ids = range(last_id + 1, last_id + 1 + NEXT_IDS)
@@ -201,7 +203,7 @@ def _victim_job(accounts: Accounts, packed: Packed) -> Job:
 
 
 def _attacker_never_ran(scene: Scene) -> None:
-    assert list(scene.markers.iterdir()) == []
+    assert list(scene.markers.iterdir()) == [], "the attacker's python ran in the victim's job"
     for path, sha in scene.victim_files.items():
         assert _sha(path) == sha, f"{path} changed"
 
