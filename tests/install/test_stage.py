@@ -67,8 +67,15 @@ class Shared:
         lines.update(fields)
         self.pack_env().write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
 
+    def private(self) -> Path:
+        """This account's private directory on the node (lightning-xpu-stage --private-dir)."""
+        return self.local / f"lxpu-{os.getuid()}"
+
+    def jobdir(self, job: str) -> Path:
+        return self.private() / f"stage.{job}"
+
     def copies(self) -> list[Path]:
-        return sorted(self.local.glob("lxpu-stage.*"))
+        return sorted(self.private().glob("stage.*"))
 
 
 def _image(python: str) -> bytes:
@@ -123,7 +130,7 @@ def test_bad_usage_is_one_line_naming_the_fix(shared: Shared) -> None:
 def test_wrapper_runs_from_the_node_local_copy_and_removes_it(shared: Shared) -> None:
     done = shared.run("lightning-xpu-stage -- python; echo status $?", LIGHTNING_XPU_STAGE_JOB="42")
     assert done.stderr == ""
-    copy = shared.local / f"lxpu-stage.{os.getuid()}.42" / TAG
+    copy = shared.jobdir("42") / TAG
     assert _where(done.stdout) == str(copy)
     assert f"root {copy}" in done.stdout and f"virtual-env {copy}" in done.stdout
     assert f"shared {shared.root}" in done.stdout
@@ -148,7 +155,7 @@ def test_shell_form_switches_the_shell_is_idempotent_and_cleans_up_at_exit(share
         python
     """
     done = shared.run(script, LIGHTNING_XPU_STAGE_JOB="7")
-    copy = shared.local / f"lxpu-stage.{os.getuid()}.7" / TAG
+    copy = shared.jobdir("7") / TAG
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == str(copy / "bin" / "python")
     assert "second sets a trap" not in done.stdout and "not unpacked twice" in done.stdout
@@ -199,7 +206,7 @@ def test_fallback_when_the_node_local_directory_cannot_be_made(shared: Shared, t
 def test_fallback_under_slurm_without_sbcast(shared: Shared, tmp_path: Path) -> None:
     bin_dir = tmp_path / "no-sbcast"
     bin_dir.mkdir()
-    for tool in ("bash", "sh", "cat", "dirname", "basename", "id", "hostname", "uname", "sed", "grep", "mkdir"):
+    for tool in ("bash", "sh", "cat", "dirname", "basename", "id", "hostname", "uname", "sed", "grep", "mkdir", "stat"):
         for where in ("/usr/bin", "/bin"):
             if os.path.exists(f"{where}/{tool}"):
                 os.symlink(f"{where}/{tool}", bin_dir / tool)
@@ -226,7 +233,7 @@ def test_pbs_unpacks_once_per_node_with_mpiexec_and_names_copper_on_aurora(share
     extra = {"PATH": f"{shared.root / 'bin'}:{fake}:/usr/local/bin:/usr/bin:/bin", "PBS_JOBID": "8.aurora-pbs",
              "PBS_NODEFILE": str(nodefile)}
     done = shared.run('eval "$(lightning-xpu-stage --shell)"; python', **extra)
-    copy = shared.local / f"lxpu-stage.{os.getuid()}.8.aurora-pbs" / TAG
+    copy = shared.jobdir("8.aurora-pbs") / TAG
     assert _where(done.stdout) == str(copy), done.stderr
     assert log.read_text().splitlines()[0].startswith("-n 1 -ppn 1 ")  # one rank per node: one node here
     assert "Copper" in done.stderr and "warning" not in done.stderr
@@ -274,7 +281,7 @@ def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared
            "LIGHTNING_XPU_STAGE": "1", **_fake_pbs(tmp_path)}
     done = subprocess.run(["bash", "-c", f"{load}; python; echo unstaged-root $LIGHTNING_XPU_SHARED_ROOT"],
                           env=env, capture_output=True, text=True, timeout=60, check=False)
-    copy = shared.local / f"lxpu-stage.{os.getuid()}.9.pbs" / tag
+    copy = shared.jobdir("9.pbs") / tag
     assert _where(done.stdout) == str(copy), done.stdout + done.stderr
     assert f"unstaged-root {root}" in done.stdout
     assert shared.copies() == []
@@ -285,13 +292,13 @@ def test_stage_1_stages_inside_a_job_and_says_why_not_outside(entry: str, shared
     assert _where(done.stdout) == str(root), done.stdout + done.stderr
     said = [line for line in done.stderr.splitlines() if "nothing staged" in line]
     assert len(said) == 1 and "outside a Slurm or PBS job" in said[0], done.stderr
-    assert list(shared.local.iterdir()) == []
+    assert shared.copies() == []
 
 
 def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) -> None:
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
-    old = shared.local / f"lxpu-stage.{os.getuid()}.local-{dead}"
-    live = shared.local / f"lxpu-stage.{os.getuid()}.local-{os.getpid()}"
+    old = shared.jobdir(f"local-{dead}")
+    live = shared.jobdir(f"local-{os.getpid()}")
     for path in (old, live):
         (path / TAG).mkdir(parents=True)
         past = time.time() - 600
@@ -327,3 +334,76 @@ def test_pack_refuses_a_venv_whose_pth_names_its_own_path(tmp_path: Path) -> Non
     assert _refusal(tmp_path) == ""
     (site / "editable.pth").write_text(f"{tmp_path}/src\n")
     assert "editable.pth names the environment's absolute path" in _refusal(tmp_path)
+
+
+# ---- the private directory (issue 27): one helper for every per-user node-local path ---------------------------
+
+def test_private_dir_is_made_private_and_reused(shared: Shared) -> None:
+    first = shared.run("lightning-xpu-stage --private-dir cache")
+    assert (first.returncode, first.stderr) == (0, ""), first.stderr
+    assert first.stdout == f"{shared.private() / 'cache'}\n"
+    for path in (shared.private(), shared.private() / "cache"):
+        info = path.lstat()
+        assert (info.st_uid, info.st_mode & 0o7777) == (os.getuid(), 0o700), path
+    again = shared.run("umask 000; lightning-xpu-stage --private-dir cache")
+    assert (again.returncode, again.stdout) == (0, first.stdout), again.stderr
+
+
+def test_private_dir_needs_one_plain_name(shared: Shared) -> None:
+    for name in ("../escape", "a/b", ".."):
+        done = shared.run(f"lightning-xpu-stage --private-dir {shlex.quote(name)}")
+        assert done.returncode == 2 and "--private-dir needs one NAME" in done.stderr, done.stderr
+
+
+# What stands at <node-local>/lxpu-<uid> (made as root: the owner is what the kernel says), and what the one
+# refusal line says about it besides its path.
+NOBODY = 65534
+
+
+def _owner_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "UNKNOWN"
+
+
+def _squat(private: Path, tmp_path: Path, case: str) -> str:
+    me = f"{_owner_name(os.getuid())} (uid {os.getuid()})"
+    if case == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        private.symlink_to(tmp_path / "elsewhere")
+        return f"it is a symbolic link owned by {me}, not a directory; remove it (rm -rf -- {private})"
+    private.mkdir()
+    if case == "another owner":
+        os.chown(private, NOBODY, NOBODY)
+        return f"it is owned by {_owner_name(NOBODY)} (uid {NOBODY}), not by you; another account made it"
+    private.chmod(0o777)
+    return f"it is owned by {me} with mode 0777: other accounts may write into it; remove it"
+
+
+@pytest.mark.parametrize("case", ["symlink", "another owner", "writable by others"])
+def test_a_private_dir_that_fails_a_check_is_refused_in_one_line(shared: Shared, tmp_path: Path, case: str) -> None:
+    said = f"refusing {shared.private()}: " + _squat(shared.private(), tmp_path, case)
+    done = shared.run("lightning-xpu-stage --private-dir cache")
+    assert (done.returncode, done.stdout) == (1, ""), done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"lightning-xpu-stage: error: {said}"), line
+    # Staging falls back to the shared install with that line, and never writes through it.
+    _falls_back(shared, said, LIGHTNING_XPU_STAGE_JOB="3")
+    if case == "symlink":
+        assert list((tmp_path / "elsewhere").iterdir()) == []
+    status = shared.run("lightning-xpu-stage --status", LIGHTNING_XPU_STAGE_JOB="3")
+    assert f"copy:        {shared.jobdir('3') / TAG} ({said}" in status.stdout, status.stdout
+
+
+def test_a_parent_others_can_rename_in_is_refused(shared: Shared) -> None:
+    """A node-local directory that other accounts may write and that is not sticky (unlike /tmp): they could
+    replace lxpu-<uid> after it is checked."""
+    shared.local.chmod(0o777)
+    said = f"refusing {shared.local}: {shared.local} (mode 0777) is writable by other accounts and not sticky"
+    _falls_back(shared, said)
+    shared.local.chmod(0o1777)
+    done = shared.run("lightning-xpu-stage -- python", LIGHTNING_XPU_STAGE_JOB="4")
+    assert _where(done.stdout) == str(shared.jobdir("4") / TAG), done.stderr

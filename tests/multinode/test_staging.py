@@ -7,7 +7,8 @@ Asserted: the install's manifest records the image and its sha256; on both hosts
 and Lightning's module files lie under that host's node-local directory (the probe reads the host's mount table:
 the directory is that host's private one); the fit is correct (the same checks as the other two-host runs); the
 metadata operations on the shared prefix and base interpreter per node, staging included, are within the goal
-(benchmarks/metadata_ops.py counts them); every copy is gone after the job.
+(benchmarks/metadata_ops.py counts them); the copies lie in the job user's private directory on each host
+(lxpu-<uid>, issue 27), which alone stays after the job, empty and mode 0700.
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ def test_ddp_from_node_local_copies_staged_with_sbcast(
     assert "lightning-xpu-stage: warning" not in job.output, job.describe()
     lines = dict(line.split(" ", 1) for line in job.output.splitlines() if line.startswith(("shared-root", "staged")))
     shared_root, staged_root = lines["shared-root"], lines["staged-root"]
-    assert staged_root.startswith(f"{node_local}/lxpu-stage."), job.describe()
+    # In this account's private directory on the node (issue 27): <node-local>/lxpu-<uid>/stage.<job id>/<tag>.
+    private = f"{node_local}/lxpu-{os.getuid()}"
+    assert staged_root.startswith(f"{private}/stage.{job.job_id}/"), job.describe()
     # The image the install job packed, its sha256 in manifest.json.
     pack = json.loads(Path(shared_root, "manifest.json").read_text())["pack"]
     assert pack["status"] == "ok" and pack["base"]["staged"], pack
@@ -142,7 +145,11 @@ def test_ddp_from_node_local_copies_staged_with_sbcast(
     for host, figures in per_node.items():
         assert figures["ranks"] + figures["unpack"] <= GOAL_PER_NODE, (host, figures, counted_paths)
 
-    # Cleaned up on every node at the end of the job.
+    # Cleaned up on every node at the end of the job: only the private directory stays, empty and private (while it
+    # is there, no other account can take its name on that node).
     for host in cluster.nodes:
-        left = sorted(p.name for p in Path(f"{node_local}.{host.name}").iterdir())
-        assert left == [], (host.name, left)
+        local = Path(f"{node_local}.{host.name}")
+        left = sorted(p.name for p in local.iterdir())
+        assert left == [f"lxpu-{os.getuid()}"], (host.name, left)
+        kept = local / left[0]
+        assert list(kept.iterdir()) == [] and kept.lstat().st_mode & 0o7777 == 0o700, (host.name, kept)
