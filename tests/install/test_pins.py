@@ -36,7 +36,6 @@ from lightning_xpu.report import pipguard
 pytestmark = [pytest.mark.install, pytest.mark.lmod]
 
 REFUSED = "lightning-xpu: refused: "
-SITE_PIP = "file:///site/pip%20a.txt  /site/pip-b.txt"  # two spaces: restored exactly, as it was
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +58,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     site = work / "site"
     site.mkdir()
     (site / "constraints.txt").write_text("lxpu-demo==1.0\n")
+    (site / "other a.txt").write_text("# a site's second constraints file\n")
     return {"work": work, "prefix": prefix, "root": root, "wheels": wheels, "site": site, "fabric": fabric}
 
 
@@ -202,7 +202,8 @@ run doctor python -m lightning_xpu doctor --json doctor.json
 def test_site_constraints_are_kept_and_restored(world: dict[str, Any]) -> None:
     """A site's PIP_CONSTRAINT applies next to the pins, under the module and the setup script; `module unload`
     restores it exactly, and leaves UV_CONSTRAINT unset as it was."""
-    site = f"{SITE_PIP} {world['site']}/constraints.txt"
+    # Two files (one as a percent-encoded URL), two spaces between them: restored exactly as they were.
+    site = f"{pipguard.file_url(world['site'] / 'other a.txt')}  {world['site']}/constraints.txt"
     results = shell(world, "site", f"""
 {h.load_line("module", world["prefix"], h.TAG)}
 run loaded printenv PIP_CONSTRAINT
@@ -220,7 +221,8 @@ run unloaded-uv printenv UV_CONSTRAINT
     ours = pipguard.file_url(world["root"] / pins.RELATIVE)
     assert results["loaded"][1].split() == [*site.split(), ours], results["loaded"]
     assert results["loaded-uv"][1].split() == [ours], results["loaded-uv"]
-    assert results["site-pin"][0] != 0 and "lxpu-demo==1.0" in results["site-pin"][2], results["site-pin"]
+    status, out, err = results["site-pin"]  # the site's own pin (pip's answer: not one of the environment's)
+    assert status != 0 and "(constraint) lxpu-demo==1.0" in out + err, results["site-pin"]
     assert_refused(results["our-pin"], "lightning==2.6.6")
     assert results["unloaded"][1] == f"{site}\n", results["unloaded"]
     assert results["unloaded-uv"][0] == 1 and not results["unloaded-uv"][1], results["unloaded-uv"]
