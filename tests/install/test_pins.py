@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -31,7 +32,10 @@ from tests.install.test_user_env import _wheel
 sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
 from lxpu_engine import pins
 
-from lightning_xpu.report import pipguard
+
+def file_url(path: Path) -> str:
+    """A file: URL as the module, the setup script and the guard write it (percent-encoded, no white space)."""
+    return "file://" + quote(str(path))
 
 pytestmark = [pytest.mark.install, pytest.mark.lmod]
 
@@ -50,7 +54,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     h.add_shared_code(prefix)
     wheels = work / "wheels"
     wheels.mkdir()
-    fabric = pins.read_constraints(root / pins.RELATIVE)["lightning-fabric"]
+    fabric = pins.read_constraints(root / pins.RELATIVE)["pytorch-lightning"]  # it ships lightning_fabric
     for name, version, requires in (("lightning", "2.6.5", ()), ("lightning-fabric", "2.6.5", ()),
                                     ("torch", "2.13.0", ()), ("torchvision", "0.28.0", ("torch==2.13.0",)),
                                     ("lxpu-demo", "1.0", ()), ("lxpu-demo", "2.0", ())):
@@ -71,7 +75,7 @@ def shell(world: dict[str, Any], name: str, script: str, **extra: str) -> dict[s
     prelude = f"""
 results={h.q(results)}
 run() {{ local name=$1; shift; "$@" >"$results/$name.out" 2>"$results/$name.err"; echo $? >"$results/$name.rc"; }}
-find_links="--no-index --find-links={pipguard.file_url(world['wheels'])}"  # no white space: one word each
+find_links="--no-index --find-links={file_url(world['wheels'])}"  # no white space: one word each
 """
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "UV_CACHE_DIR": str(home / "uv-cache"),
            "UV_NO_CONFIG": "1", **extra}
@@ -100,7 +104,7 @@ def test_pins_cover_a_package_shipped_under_another_name(world: dict[str, Any]) 
     written = pins.read_constraints(world["root"] / pins.RELATIVE)
     assert written["lightning-fabric"] == written["pytorch-lightning"], written
     assert (world["root"] / "pip.conf").read_text().splitlines()[1:] == [
-        "[install]", f"constraint = {pipguard.file_url(world['root'] / pins.RELATIVE)}"]
+        "[install]", f"constraint = {file_url(world['root'] / pins.RELATIVE)}"]
 
 
 def test_routes_around_the_guard_are_refused(world: dict[str, Any]) -> None:
@@ -203,7 +207,7 @@ def test_site_constraints_are_kept_and_restored(world: dict[str, Any]) -> None:
     """A site's PIP_CONSTRAINT applies next to the pins, under the module and the setup script; `module unload`
     restores it exactly, and leaves UV_CONSTRAINT unset as it was."""
     # Two files (one as a percent-encoded URL), two spaces between them: restored exactly as they were.
-    site = f"{pipguard.file_url(world['site'] / 'other a.txt')}  {world['site']}/constraints.txt"
+    site = f"{file_url(world['site'] / 'other a.txt')}  {world['site']}/constraints.txt"
     results = shell(world, "site", f"""
 {h.load_line("module", world["prefix"], h.TAG)}
 run loaded printenv PIP_CONSTRAINT
@@ -218,7 +222,7 @@ run unloaded-uv printenv UV_CONSTRAINT
   {h.load_line("setup script", world["prefix"], h.TAG)}
   run sourced-twice printenv PIP_CONSTRAINT )
 """, PIP_CONSTRAINT=site)
-    ours = pipguard.file_url(world["root"] / pins.RELATIVE)
+    ours = file_url(world["root"] / pins.RELATIVE)
     assert results["loaded"][1].split() == [*site.split(), ours], results["loaded"]
     assert results["loaded-uv"][1].split() == [ours], results["loaded-uv"]
     status, out, err = results["site-pin"]  # the site's own pin (pip's answer: not one of the environment's)
