@@ -130,20 +130,17 @@ def family_refusal(argv: list[str], constraints: Path, tool: str) -> str | None:
             continue
         name = norm(match["name"])
         install = "uv pip install" if tool == "uv" else "pip install"
-        return (f"{_ME}: refused: {word} would come without the +{label} label (PyPI's Linux builds are CUDA's and "
-                f"break this environment's torch {pinned['torch']}); install the {label} build of {name} for torch "
-                f"{pinned['torch'].partition('+')[0]} from {_index_hint(label)}: {install} '{name}==<version>+{label}'"
-                f" --index-url {_pytorch_index(label)}")
+        return (f"{_ME}: refused: {word} without the +{label} label is PyPI's Linux build, made for CUDA's torch, "
+                f"and breaks this environment's torch {pinned['torch']}; install the {label} build of the {name} "
+                f"release for torch {pinned['torch'].partition('+')[0]} from PyTorch's {label} index (or your site's "
+                f"mirror or wheelhouse of it): {install} '{name}==<version>+{label}' --index-url "
+                f"{_pytorch_index(label)}")
     return None
 
 
 def _pytorch_index(label: str) -> str:
     """PyTorch's own index of a build label (recipes/matrix.toml [sources.pytorch-cpu], [sources.pytorch-xpu])."""
     return f"https://download.pytorch.org/whl/{label}"
-
-
-def _index_hint(label: str) -> str:
-    return f"PyTorch's {label} index or your site's mirror or wheelhouse of it"
 
 
 def refusal(output: str, constraints: Path) -> str | None:
