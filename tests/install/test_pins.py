@@ -107,6 +107,17 @@ def test_pins_cover_a_package_shipped_under_another_name(world: dict[str, Any]) 
         "[install]", f"constraint = {file_url(world['root'] / pins.RELATIVE)}"]
 
 
+def test_a_package_two_distributions_share_is_not_pinned() -> None:
+    """A namespace several pinned distributions ship (nvidia/ of CUDA's libraries) has no one version: not pinned;
+    a package shipped by one under another name is (torch's functorch)."""
+    dists = {
+        "torch": ("torch", "2.13.0", ["nvidia-a==12.1", "nvidia-b==9.0"], ["functorch", "torch"]),
+        "nvidia-a": ("nvidia-a", "12.1", [], ["nvidia"]),
+        "nvidia-b": ("nvidia-b", "9.0", [], ["nvidia"]),
+    }
+    assert pins.pinned(dists) == {"functorch": "2.13.0", "nvidia-a": "12.1", "nvidia-b": "9.0", "torch": "2.13.0"}
+
+
 def test_routes_around_the_guard_are_refused(world: dict[str, Any]) -> None:
     """In the environment itself (a writable install of one's own): every route issue 27 took is refused."""
     results = shell(world, "routes", f"""
