@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lxpu_engine.pins", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt and the guard in ENV/bin")
+    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt, the guard in ENV/bin and"
+                                         " ENV/pip.conf")
     write.add_argument("env", type=Path)
     write.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="the environment's interpreter (default: this one)")
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as exc:
         print(f"lxpu_engine.pins: error: {exc}", file=sys.stderr)
         return 1
-    print(f"+ wrote {path} ({len(read_constraints(path))} pins) and the guard of {' '.join(p.name for p in guards)}")
+    tools = " ".join(p.name for p in guards)
+    print(f"+ wrote {path} ({len(read_constraints(path))} pins), the guard of {tools} and {args.env / 'pip.conf'}")
     return 0
 
 
