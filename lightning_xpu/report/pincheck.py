@@ -44,9 +44,10 @@ def environment_root() -> Path:
 
 
 def layer_sites(root: Path) -> list[Path]:
-    """The site-packages of the user layer in use (VIRTUAL_ENV) where this interpreter is not that layer's."""
+    """The site-packages of the user layer in use (VIRTUAL_ENV naming a layer: userenv.py) where this interpreter
+    is not that layer's; a venv of the user's own is not checked against the pins."""
     layer = os.environ.get("VIRTUAL_ENV")
-    if not layer or not (Path(layer) / "pyvenv.cfg").is_file():
+    if not layer or not (Path(layer) / "lightning-xpu-environment").is_file():
         return []
     if os.path.realpath(layer) in (os.path.realpath(sys.prefix), os.path.realpath(root)):
         return []
