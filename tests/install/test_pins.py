@@ -93,10 +93,11 @@ def assert_refused(result: tuple[int, str, str], *words: str) -> None:
     assert all(word in err for word in words), (words, err)
 
 
-def assert_not_installed(result: tuple[int, str, str]) -> None:
-    """pip's own refusal (no guard on this route): a failure, and nothing installed."""
-    status, out, _ = result
+def assert_not_installed(result: tuple[int, str, str], *words: str) -> None:
+    """pip's own refusal (no guard on this route): a failure, nothing installed, and pip's answer holds `words`."""
+    status, out, err = result
     assert status != 0 and "Would install" not in out and "Successfully installed" not in out, result
+    assert all(word in out + err for word in words), (words, result)
 
 
 def test_pins_cover_a_package_shipped_under_another_name(world: dict[str, Any]) -> None:
@@ -134,7 +135,7 @@ run torchvision-labelled pip install --dry-run --no-deps $find_links torchvision
     assert_refused(results["isolated"], "lightning==2.6.5", "lightning==2.6.6")
     assert_refused(results["isolated-no-config"], "lightning==2.6.5", "lightning==2.6.6")
     assert_refused(results["fabric"], "lightning-fabric==2.6.5", f"lightning-fabric=={world['fabric']}")
-    assert_not_installed(results["module-pip"])
+    assert_not_installed(results["module-pip"], "(constraint) lightning==2.6.6")
     assert_not_installed(results["module-pip-isolated"])
     for name in ("torchvision", "torchvision-spec"):
         assert_refused(results[name], "+cpu", "2.13.0+cpu", "--index-url https://download.pytorch.org/whl/cpu")
@@ -158,6 +159,8 @@ python -m lightning_xpu user-env >/dev/null
 {load}
 run before python -m lightning_xpu validate --level site --only pins --json before.json
 run doctor-before python -m lightning_xpu doctor --json doctor-before.json
+run layer-module-pip env -u PIP_CONSTRAINT python -m pip install --isolated --dry-run --no-deps $find_links \
+    lightning==2.6.5
 run escape env -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null python -m pip install --no-deps $find_links \\
     lightning-fabric==2.6.5 torchvision==0.28.0
 run doctor python -m lightning_xpu doctor --json doctor.json
@@ -168,6 +171,7 @@ run smoke python -m lightning_xpu validate --level smoke --only pinned_packages 
     home = world["work"] / "home-escape"
     assert results["before"][0] == 0, results["before"]
     assert doctor_pins(home / "doctor-before.json")[0] == "pass"
+    assert_not_installed(results["layer-module-pip"], "(constraint) lightning==2.6.6")  # the layer's pip.conf
     assert results["escape"][0] == 0 and "Successfully installed" in results["escape"][1], results["escape"]
     for report in ("doctor.json", "env-doctor.json"):
         status, reason = doctor_pins(home / report)
@@ -202,12 +206,14 @@ def test_uv_routes(world: dict[str, Any], request: pytest.FixtureRequest) -> Non
 {load}
 python -m lightning_xpu user-env >/dev/null
 {load}
+run unset env -u UV_CONSTRAINT uv pip install --dry-run --offline --no-deps $find_links lightning==2.6.5
 run own-constraint uv pip install --dry-run --offline --no-deps $find_links -c {h.q(other)} lightning==2.6.5
 run torchvision uv pip install --dry-run --offline $find_links torchvision
 run escape env -u UV_CONSTRAINT {shlex.quote(uv)} pip install --offline --no-deps $find_links lightning==2.6.5
 run doctor python -m lightning_xpu doctor --json doctor.json
 """, PATH=f"{Path(uv).parent}:/usr/local/bin:/usr/bin:/bin")
-    assert_refused(results["own-constraint"], "lightning==2.6.5", "lightning==2.6.6")
+    for name in ("unset", "own-constraint"):
+        assert_refused(results[name], "lightning==2.6.5", "lightning==2.6.6")
     assert_refused(results["torchvision"], "+cpu", "uv pip install 'torchvision==<version>+cpu'")
     assert results["escape"][0] == 0, results["escape"]
     status, reason = doctor_pins(world["work"] / "home-uv" / "doctor.json")
