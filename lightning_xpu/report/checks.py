@@ -232,6 +232,15 @@ def check_patches(context: Context) -> str:
     return f"{sum(row.applied for row in rows)} patches applied, all that the manifest expects"
 
 
+@check("pins", needs_xpu=False)
+def check_pins(context: Context) -> str:
+    """Each package the environment pins is installed at its pin, in the environment and the user layer in use,
+    and no torch-family package is another torch build's (lightning_xpu/report/pincheck.py)."""
+    from lightning_xpu.report.pincheck import check_text
+
+    return check_text()
+
+
 @check("device_properties")
 def check_device_properties(context: Context) -> str:
     """Every device reports a name, memory and EU count (a Max 1550 tile: 448 EUs, 64 GiB)."""

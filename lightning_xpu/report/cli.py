@@ -58,6 +58,7 @@ def doctor_report() -> Report:
     where = f" in {launch['scheduler']} job {launch['job']}" if launch["job"] else ""
     report.checks.append(Check("launcher", PASS, (launch["launcher"] or "none: a single process, Lightning starts"
                                                   " the ranks") + where))
+    report.checks.append(pins_check())
     rows = patch_rows()
     if rows is None:
         report.checks.append(Check("patches", SKIP, "lightning_xpu.versions.patch_status is not in this build"))
@@ -69,10 +70,49 @@ def doctor_report() -> Report:
     return report
 
 
+def pins_check() -> Check:
+    """Whether the installed packages are still the environment's pins (lightning_xpu/report/pincheck.py)."""
+    from lightning_xpu.report import pincheck
+
+    try:
+        ok, line = pincheck.verdict(pincheck.environment_root())
+    except pincheck.PinsMissing as exc:
+        return Check("pins", SKIP, str(exc))
+    return Check("pins", PASS if ok else FAIL, line)
+
+
+def broken_report(error: Exception) -> Report:
+    """The doctor's report where torch or Lightning does not import: what broke, read from package metadata only,
+    and the pins, which often say why (PyPI's torchvision next to a +cpu torch, a CUDA torch in the user layer)."""
+    import platform
+
+    import lightning_xpu
+    from lightning_xpu.report.model import (
+        DISTRIBUTIONS,
+        distribution_version,
+        environment_variant,
+        relevant_environment,
+    )
+
+    found: dict[str, str | None] = {
+        "python": platform.python_version(), "python_executable": sys.executable, "platform": platform.platform(),
+        "lightning_xpu": lightning_xpu.__version__, "variant": environment_variant()[0],
+        "torch": distribution_version("torch"), "torch_build": None,
+        **{key: distribution_version(dist) for key, dist in DISTRIBUTIONS.items()},
+    }  # fmt: skip
+    report = Report("doctor", found, environment=relevant_environment())
+    first = (f"{type(error).__name__}: {error}".splitlines() or [""])[0]
+    report.checks += [Check("imports", FAIL, f"torch and Lightning must import, and did not: {first}"), pins_check()]
+    return report
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from lightning_xpu.report.markdown import render
 
-    report = doctor_report()
+    try:
+        report = doctor_report()
+    except Exception as error:  # any import-time failure of torch or Lightning: the doctor still reports
+        report = broken_report(error)
     if args.json:
         report.write(args.json)
     print(render(report.to_dict()))

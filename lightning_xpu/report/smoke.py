@@ -149,6 +149,15 @@ def check_patches(_: Context) -> Outcome:
     return Outcome(f"{detail['applied']} patches applied, {detail['expected']} expected", detail)
 
 
+@smoke("pinned_packages")
+def check_pinned_packages(_: Context) -> str:
+    """Each package the environment pins (share/lightning-xpu/constraints.txt) is installed at its pin, and no
+    torch-family package is another torch build's (lightning_xpu/report/pincheck.py)."""
+    from lightning_xpu.report.pincheck import check_text
+
+    return check_text()
+
+
 def installed_here(project: str) -> bool:
     """Whether a distribution lives in this environment (not in a base Python seen through it)."""
     try:

@@ -62,8 +62,9 @@ def create(layer: Path, root: Path) -> str:
     (Path(layer_sites) / "_lightning_xpu_environment.pth").write_text(lines)
     # The layer's pip: the environment's pip module on the layer's interpreter (installs go to the layer,
     # sys.prefix), with one line for --user and for a request the pins refuse. Its uv is the environment's guard.
-    pipguard.install(layer / "bin", ("pip", "pip3"))
+    # The environment is named first: the guard's pip.conf (for `python -m pip`) names its pins.
     (layer / "lightning-xpu-environment").write_text(f"{root}\n")
+    pipguard.install(layer / "bin", ("pip", "pip3"))
     return (f"user layer {layer} over {root}: `pip install X` and `uv pip install X` go there once the module is "
             "loaded again (module load, or source the setup script)")
 

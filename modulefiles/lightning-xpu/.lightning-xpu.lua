@@ -166,13 +166,26 @@ pushenv(isDir(pathJoin(root, "conda-meta")) and "CONDA_PREFIX" or "VIRTUAL_ENV",
 -- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user).
 pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
 -- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
+-- Added to what the variables hold: both are lists split at white space, and a site's own constraints apply too;
+-- another lightning-xpu environment's pins (a setup script sourced before) leave. pushenv: `module unload` puts
+-- back exactly the value from before the load (unset if it was unset).
 local constraints = pathJoin(root, "share/lightning-xpu/constraints.txt")
-if isFile(constraints) then
-  -- As a file: URL, percent-encoded: both variables are lists split at white space (a prefix may have spaces).
-  local url = "file://" .. constraints:gsub("[^%w/._~-]", function(c) return string.format("%%%02X", c:byte()) end)
-  setenv("PIP_CONSTRAINT", url)
-  setenv("UV_CONSTRAINT", url)
+-- As a file: URL, percent-encoded (a prefix may have spaces).
+local pins_url = "file://" .. constraints:gsub("[^%w/._~-]", function(c) return string.format("%%%02X", c:byte()) end)
+local function with_pins(name)
+  local words, suffix = {}, "/share/lightning-xpu/constraints.txt"
+  for word in (os.getenv(name) or ""):gmatch("%S+") do
+    if word:sub(-#suffix) ~= suffix then words[#words + 1] = word end
+  end
+  words[#words + 1] = pins_url
+  return table.concat(words, " ")
 end
+local function pinned_here(name)
+  if mode() == "unload" then return (os.getenv(name) or ""):find(pins_url, 1, true) ~= nil end
+  return isFile(constraints)
+end
+if pinned_here("PIP_CONSTRAINT") then pushenv("PIP_CONSTRAINT", with_pins("PIP_CONSTRAINT")) end
+if pinned_here("UV_CONSTRAINT") then pushenv("UV_CONSTRAINT", with_pins("UV_CONSTRAINT")) end
 -- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py): its bin/ first.
 local user_layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
   or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)

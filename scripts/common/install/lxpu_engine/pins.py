@@ -9,11 +9,16 @@ Which distributions are pinned is read from the environment itself (its installe
   - every distribution that requires torch directly (torchvision, torchaudio, Lightning and its namespaces,
     the Intel extensions, lightning_xpu itself): they are built or tested against this torch;
   - every distribution a pinned one requires with an exact `==` (torch's bundled runtimes: the oneAPI wheels of
-    an XPU build, triton, the CUDA libraries of a CUDA build; torchvision's torch==).
-Each at the version installed. Looser requirements (filelock, fsspec, ...) stay free for users to upgrade.
+    an XPU build, triton, the CUDA libraries of a CUDA build; torchvision's torch==);
+  - every distribution named like a top-level package a pinned one ships (pytorch-lightning ships lightning_fabric:
+    `lightning-fabric` is pinned too, else `pip install lightning-fabric==2.6.5` would put another lightning_fabric
+    under pytorch_lightning 2.6.6), unless another installed distribution has that name or shares that package.
+Each at the version installed (the package's at its distribution's). Looser requirements (filelock, fsspec, ...)
+stay free for users to upgrade.
 
 The same command puts the guard (lightning_xpu/report/pipguard.py, of the environment's own lightning_xpu) in
-front of the environment's pip and of uv: a request the pins refuse is answered in one line, as in a user layer.
+front of the environment's pip and of uv, and writes <env>/pip.conf naming the pins (for `python -m pip`): a
+request the pins refuse is answered in one line, as in a user layer.
 
 Run on the environment's own interpreter by the install (lxpu_engine/build.py) or imported:
     python -m lxpu_engine.pins write ENV
@@ -40,7 +45,10 @@ for dist in md.distributions():
     name = dist.metadata["Name"]
     key = name.lower().replace("_", "-").replace(".", "-") if name else None
     if key and key not in seen:
-        seen[key] = [name, dist.version, dist.requires or []]
+        tops = sorted({f.parts[0].split(".")[0] for f in dist.files or () if len(f.parts) > 0
+                       and f.parts[0] not in ("..", "__pycache__") and not f.parts[0].endswith((".dist-info", ".data",
+                       ".egg-info", ".pth"))})
+        seen[key] = [name, dist.version, dist.requires or [], tops]
 json.dump(seen, sys.stdout)
 """
 
@@ -51,12 +59,15 @@ def norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def installed(python: Path) -> dict[str, tuple[str, str, list[str]]]:
-    """(name, version, Requires-Dist) by normalised name, as `python` sees them."""
+Dists = dict[str, tuple[str, str, list[str], list[str]]]
+
+
+def installed(python: Path) -> Dists:
+    """(name, version, Requires-Dist, top-level packages and modules) by normalised name, as `python` sees them."""
     done = subprocess.run([str(python), "-s", "-c", _LIST], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{python} could not list its distributions: {done.stderr.strip()[-300:]}")
-    return {key: (value[0], value[1], value[2]) for key, value in json.loads(done.stdout).items()}
+    return {key: (value[0], value[1], value[2], value[3]) for key, value in json.loads(done.stdout).items()}
 
 
 def requirements(requires: list[str]) -> list[tuple[str, str]]:
@@ -69,11 +80,11 @@ def requirements(requires: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def pinned(dists: dict[str, tuple[str, str, list[str]]]) -> dict[str, str]:
+def pinned(dists: Dists) -> dict[str, str]:
     """The pinned distributions (module docstring) with their installed versions, by normalised name."""
     if "torch" not in dists:
         return {}
-    keys = {"torch"} | {key for key, (_, _, requires) in dists.items()
+    keys = {"torch"} | {key for key, (_, _, requires, _) in dists.items()
                         if any(name == "torch" for name, _ in requirements(requires))}
     todo = sorted(keys)
     while todo:
@@ -81,7 +92,20 @@ def pinned(dists: dict[str, tuple[str, str, list[str]]]) -> dict[str, str]:
             if name in dists and name not in keys and spec.startswith("==") and "," not in spec:
                 keys.add(name)
                 todo.append(name)
-    return {key: dists[key][1] for key in sorted(keys)}
+    pins = {key: dists[key][1] for key in keys}
+    return dict(sorted({**shipped_names(dists, keys), **pins}.items()))
+
+
+def shipped_names(dists: Dists, keys: set[str]) -> dict[str, str]:
+    """Distribution names of the top-level packages the pinned distributions `keys` ship under another name, each at
+    its shipper's version: a package of that name installed later would replace (or shadow) the shipped one."""
+    shippers: dict[str, list[str]] = {}
+    for key, (_, _, _, tops) in dists.items():
+        for top in tops:
+            shippers.setdefault(norm(top), []).append(key)
+    # A package two distributions share (a namespace: nvidia/) has no one version; an installed name is its own.
+    return {top: dists[owners[0]][1] for top, owners in shippers.items()
+            if len(owners) == 1 and owners[0] in keys and top != owners[0] and top not in dists}
 
 
 def write_constraints(env: Path, python: Path) -> Path:
@@ -139,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lxpu_engine.pins", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt and the guard in ENV/bin")
+    write = sub.add_parser("write", help="write ENV/share/lightning-xpu/constraints.txt, the guard in ENV/bin and"
+                                         " ENV/pip.conf")
     write.add_argument("env", type=Path)
     write.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="the environment's interpreter (default: this one)")
@@ -150,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as exc:
         print(f"lxpu_engine.pins: error: {exc}", file=sys.stderr)
         return 1
-    print(f"+ wrote {path} ({len(read_constraints(path))} pins) and the guard of {' '.join(p.name for p in guards)}")
+    tools = " ".join(p.name for p in guards)
+    print(f"+ wrote {path} ({len(read_constraints(path))} pins), the guard of {tools} and {args.env / 'pip.conf'}")
     return 0
 
 

@@ -16,6 +16,7 @@ import time
 
 _URL_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._~-")
 _HOPS = 8  # symbolic links followed from <prefix>/<tag>, as the modulefile body does
+PINS = "/share/lightning-xpu/constraints.txt"  # an environment's pins (lxpu_engine/pins.py RELATIVE)
 
 
 def _word(value: str) -> str:
@@ -49,6 +50,13 @@ def file_url(path: str) -> str:
     """file://PATH, each byte outside [A-Za-z0-9/._~-] percent-encoded: PIP_CONSTRAINT and UV_CONSTRAINT are lists
     split at white space."""
     return "file://" + "".join(chr(b) if b in _URL_SAFE else f"%{b:02X}" for b in os.fsencode(path))
+
+
+def with_pins(listed: str, url: str) -> str:
+    """A constraint list (PIP_CONSTRAINT, UV_CONSTRAINT: split at white space) with the pins at `url` added: what
+    was there stays (a site's own constraints apply too), another lightning-xpu environment's pins leave."""
+    kept = [word for word in listed.split() if not word.endswith(PINS) and word != url]
+    return " ".join([*kept, url])
 
 
 def pinned_build(path: str) -> str:
@@ -113,9 +121,10 @@ def environment_exports(root: str, tag: str, home: str) -> dict[str, str]:
         exports["VIRTUAL_ENV"] = root
     exports["PYTHONUSERBASE"] = f"{home}/.local/lightning-xpu/{tag}"  # pip install --user in a conda environment
     exports["LIGHTNING_XPU_ROOT"] = root
-    # The environment's pins bind every pip and uv install (lxpu_engine/pins.py).
-    if os.path.isfile(f"{root}/share/lightning-xpu/constraints.txt"):
-        exports["PIP_CONSTRAINT"] = exports["UV_CONSTRAINT"] = file_url(f"{root}/share/lightning-xpu/constraints.txt")
+    # The environment's pins bind every pip and uv install (lxpu_engine/pins.py), next to a site's own constraints.
+    if os.path.isfile(f"{root}{PINS}"):
+        exports["PIP_CONSTRAINT"] = with_pins(os.environ.get("PIP_CONSTRAINT", ""), file_url(f"{root}{PINS}"))
+        exports["UV_CONSTRAINT"] = with_pins(os.environ.get("UV_CONSTRAINT", ""), file_url(f"{root}{PINS}"))
     return exports
 
 
