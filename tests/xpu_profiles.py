@@ -81,6 +81,49 @@ MASK_FACTS = (
          verified=False, note="read at v2.13.0; 2.14 and 2.15 assumed unchanged"),
 )
 
+# ---- oneCCL beneath the process groups (issue 29; its own block so that other row changes merge cleanly) --------
+# The oneCCL each release's XPU wheels bring: the `ccl` bindings' submodule (2.5-2.7), the `oneccl` wheel pinned by
+# the torch XPU wheel (2.8+: PYTORCH_EXTRA_INSTALL_REQUIREMENTS of intel/torch-xpu-ops .github/scripts/build.sh).
+# tests/oneccl_launch.py keys its launch contract by this version (read from 2021.14 only).
+TORCH_CCL_SOURCE = "intel/torch-ccl src/ProcessGroupCCL.cpp"
+BUILD_SH = "intel/torch-xpu-ops .github/scripts/build.sh"
+ONECCL_FACTS = (
+    Fact("bundled_oneccl", "<2.8", "2021.14", "intel/torch-ccl third_party/oneCCL@v2.5.0+xpu..v2.8.0+xpu (submodule"
+         " 3afa1bb, oneCCL 2021.14); setup.py package_data lib/*.so* (the wheel carries its libccl)"),
+    Fact("bundled_oneccl", "==2.8.*", "2021.15.2", f"{BUILD_SH}@release/2.8 (oneccl==2021.15.2)"),
+    Fact("bundled_oneccl", "==2.9.*", "2021.16.1", f"{BUILD_SH}@release/2.9 (oneccl==2021.16.1)"),
+    Fact("bundled_oneccl", "==2.10.*", "2021.17.1", f"{BUILD_SH}@release/2.10 (oneccl==2021.17.1)"),
+    Fact("bundled_oneccl", ">=2.11,<2.13", "2021.17.2", f"{BUILD_SH}@release/2.11, @release/2.12 (oneccl==2021.17.2)"),
+    Fact("bundled_oneccl", "==2.13.*", "2022.0.0", f"{BUILD_SH}@release/2.13 (oneccl==2022.0.0)"),
+    Fact("bundled_oneccl", "==2.14.*", "2022.1.2", "docs.vllm.ai getting_started/installation/gpu@latest (XPU: 'after"
+         " upgrading to PyTorch 2.14 ... oneccl==2022.1.2'); vllm-project/vllm#56013 (2.14 moves to oneCCL 2022.1.x)",
+         verified=False, note=f"downstream sources: {BUILD_SH}@release/2.14 takes the list from PyTorch's"
+                              " generate_binary_build_matrix.py, which was not read"),
+    Fact("bundled_oneccl", "==2.15.*", "2022.1.2", "intel/torch-xpu-ops@main (no release/2.15 branch read)",
+         verified=False, note="assumed as 2.14"),
+    # How XCCL creates communicators: oneCCL's C++ API (ccl::create_communicators) or the newer C API
+    # (onecclCommInitRank). Whether the C API reads the launch variables is in no readable source (Contract rows).
+    Fact("xccl_communicator_api", "<2.8", ABSENT, "intel/torch-xpu-ops@release/2.6, @release/2.7 (no XCCL in the"
+         " wheels; row is_xccl_available)"),
+    Fact("xccl_communicator_api", ">=2.8,<2.12", "cpp", "intel/torch-xpu-ops src/xccl@release/2.8..release/2.11"
+         " (ccl::create_communicator)", verified=False, note="the branches before 2.12 were not re-read for this"
+         " row"),
+    Fact("xccl_communicator_api", ">=2.12,<2.14", "cpp", "intel/torch-xpu-ops src/xccl/xccl.h@release/2.12 ~71-84,"
+         " @release/2.13 ~541-577 (the C API only with USE_CCL_V2=1)"),
+    Fact("xccl_communicator_api", "==2.14.*", "c", "intel/torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp@release/2.14"
+         " ~630-641 (onecclSetDevice + onecclCommInitRank only)"),
+    Fact("xccl_communicator_api", "==2.15.*", "c", "intel/torch-xpu-ops@main (no release/2.15 branch read)",
+         verified=False,
+         note="assumed as 2.14"),
+    # The `ccl` bindings' ProcessGroupCCL constructor rewrites CCL_PROCESS_LAUNCHER/CCL_LOCAL_RANK/CCL_LOCAL_SIZE
+    # (tests/oneccl_launch.py torch_ccl_rewrite); no bindings exist after v2.8.0+xpu.
+    Fact("torch_ccl_rewrites_place", "<2.9", True, f"{TORCH_CCL_SOURCE}@v2.7.0+xpu ~591-596, ~696-711 (with_mpirun;"
+         " setOneCCLEnvVar CCL_PROCESS_LAUNCHER/CCL_LOCAL_RANK/CCL_LOCAL_SIZE); the same at v2.5.0+xpu ~590/695-709,"
+         " v2.6.0+xpu ~591/696-710, v2.8.0+xpu ~825/930-944"),
+    Fact("torch_ccl_rewrites_place", ">=2.9", ABSENT,
+         "intel/torch-ccl@v2.8.0+xpu (the last tag; deprecated, issue #80)"),
+)
+
 FACTS: tuple[Fact, ...] = (
     # ---- counting devices, fork poisoning, the bad-fork state -------------------------------------------------
     Fact("count_poisons_fork", ">=2.5,<2.13", "always",
@@ -202,6 +245,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("profiler_xpu_activity", ">=2.5", "pti-builds-only", "torch/_C/_profiler.pyi@v2.5.1..v2.15.0"
          " (ProfilerActivity.XPU always exists; in supported_activities() only with Kineto/PTI)"),
     *MASK_FACTS,
+    *ONECCL_FACTS,
     # ---- telling an XPU build from a CPU one ---------------------------------------------------------------
     Fact("version_xpu", "<2.6", ABSENT, "torch/version.py@v2.5.1 (no xpu attribute; added by pytorch#139466)"),
     Fact("version_xpu", ">=2.6", "sycl-version", "torch/version.py@v2.6.0..v2.15.0 (`xpu: Optional[str]`, set by"

@@ -27,8 +27,21 @@ import tomllib
 import torch
 from lightning_grid import NAMESPACE_SIDES, NAMESPACES, strategy_class, xpu_strategy
 
-from lightning_xpu.environments.oneccl import ONECCL_LAUNCH_VARIABLES, oneccl_settings
-from tests.oneccl_launch import LAUNCHER_BY_NAME, LAUNCHERS, Launcher, OneCCLLaunchFailure, identify, oneccl_check
+from lightning_xpu._namespaces import LIGHTNING
+from lightning_xpu.environments.oneccl import BINDINGS_LOCAL_PLACE, ONECCL_LAUNCH_VARIABLES, oneccl_settings
+from tests.oneccl_launch import (
+    CONTRACTS,
+    LAUNCHER_BY_NAME,
+    LAUNCHERS,
+    NODES_VARIABLE,
+    Launcher,
+    OneCCLLaunchFailure,
+    Place,
+    contract_for,
+    identify,
+    oneccl_check,
+    torch_ccl_rewrite,
+)
 from tests.runtime import launches
 from tests.runtime.test_launch import (
     REPO,
@@ -38,7 +51,7 @@ from tests.runtime.test_launch import (
     _run,
     srun_job,
 )
-from tests.xpu_profiles import NEWEST_PROFILE, PROFILE_GRID, Profile
+from tests.xpu_profiles import ALL_PROFILES, NEWEST_PROFILE, PROFILE_GRID, Profile, fact
 from tests.xpu_simulation import bootstrap_env
 
 CPU = torch.device("cpu")
@@ -179,6 +192,122 @@ def test_off_xpu_the_environment_is_not_touched(recorded_process_group, namespac
     assert recorded.backend == "gloo"
     assert {name: os.environ.get(name) for name in ONECCL_LAUNCH_VARIABLES} == {
         name: AURORA.get(name) for name in ONECCL_LAUNCH_VARIABLES}
+
+
+# ---- the `ccl` bindings rewrite the place (issue 29) -----------------------------------------------------------
+# Two nodes of two ranks: every rank of the world, by its place.
+TWO_NODES = [Place(local, 2, node, 2) for node in (0, 1) for local in (0, 1)]
+TWO_NODE_IDS = [f"rank{place.rank}" for place in TWO_NODES]
+
+
+def _bindings_group(environ: dict[str, str], place: Place) -> dict[str, str]:
+    """`environ` after the bindings' ProcessGroupCCL constructor ran in it (tests/oneccl_launch.py)."""
+    rewritten = dict(environ)
+    torch_ccl_rewrite(rewritten, place.rank, place.world)
+    return rewritten
+
+
+@pytest.mark.parametrize("place", TWO_NODES, ids=TWO_NODE_IDS)
+@pytest.mark.parametrize("site", SITES, ids=list(SITES))
+@pytest.mark.parametrize("launch", LAUNCHERS, ids=[row.name for row in LAUNCHERS])
+def test_on_ccl_the_bindings_rewrite_gives_every_rank_of_two_nodes_its_place(launch: Launcher, site: str,
+                                                                            place: Place) -> None:
+    """Fails on main: only CCL_* was set, and the bindings rewrote it from the global rank and world size."""
+    environ = {**SITES[site], **launch.variables(place.local, place.size, place.node, place.nodes)}
+    settings = oneccl_settings(environ, place.local, place.size, bindings=True)
+    assert {name: settings.set[name] for name in BINDINGS_LOCAL_PLACE} == {
+        "LOCAL_RANK": str(place.local), "LOCAL_WORLD_SIZE": str(place.size)}
+    oneccl_check(_bindings_group({**environ, **settings.set}, place), launch, place.local, place.size)
+
+
+@pytest.mark.parametrize("name", ["srun", "Lightning"])
+def test_the_model_misplaces_a_second_node_when_only_ccl_variables_are_set(name: str) -> None:
+    """The modelled rewrite (intel/torch-ccl src/ProcessGroupCCL.cpp@v2.7.0+xpu): srun gives no LOCAL_RANK,
+    Lightning no LOCAL_WORLD_SIZE, so rank 3 of 4 becomes local rank 3 of 4 whatever lightning_xpu set in CCL_*."""
+    launch, place = LAUNCHER_BY_NAME[name], Place(1, 2, 1, 2)
+    environ = launch.variables(place.local, place.size, place.node, place.nodes)
+    placed = {**environ, **oneccl_settings(environ, place.local, place.size).set}
+    oneccl_check(placed, launch, place.local, place.size)  # right until the bindings' constructor runs
+    rewritten = _bindings_group(placed, place)
+    assert (rewritten["CCL_LOCAL_RANK"], rewritten["CCL_LOCAL_SIZE"]) == ("3", "4")
+    with pytest.raises(OneCCLLaunchFailure, match="read local rank 3 of 4"):
+        oneccl_check(rewritten, launch, place.local, place.size)
+
+
+def test_the_bindings_rewrite_keeps_a_set_zero_and_skips_mpi_launches() -> None:
+    """setOneCCLEnvVar(name, int) is setenv(name, value, overwrite=value); with_mpirun() skips the rewrite."""
+    environ = {"CCL_LOCAL_RANK": "7", "CCL_LOCAL_SIZE": "7", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    torch_ccl_rewrite(environ, 2, 4)
+    assert (environ["CCL_PROCESS_LAUNCHER"], environ["CCL_LOCAL_RANK"], environ["CCL_LOCAL_SIZE"]) == ("none", "7", "2")
+    hydra = LAUNCHER_BY_NAME["MPICH mpiexec"].variables(1, 2, 1, 2)
+    untouched = dict(hydra)
+    torch_ccl_rewrite(untouched, 3, 4)
+    assert untouched == hydra
+
+
+# Rank 3 of a two-node launch (local rank 1 of 2 on the second node), as Lightning's launcher and srun start it.
+SECOND_NODE = {
+    "Lightning": {"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": "29500"},
+    "srun": {**launches.SRUN, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NODELIST": "node[1-2]", "SLURM_NNODES": "2",
+             "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_TASKS_PER_NODE": "2(x2)",
+             "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "node[1-2]",
+             "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+             "SLURM_GTIDS": "2,3"},
+}
+LAST_ON_CCL = [version for version in ALL_PROFILES if fact("is_xccl_available", version) is not True][-1]
+
+
+@pytest.mark.parametrize("start", SECOND_NODE)
+def test_a_two_node_ccl_group_finds_its_place_under_the_modelled_bindings(simulated_xpu, recorded_process_group,
+                                                                         start, monkeypatch) -> None:
+    """Fails on main (OneCCLLaunchFailure: oneCCL read local rank 3 of 4): the simulated ccl group runs the
+    bindings' rewrite before checking oneCCL's contract."""
+    launches.launch(monkeypatch, SECOND_NODE[start])
+    pg = recorded_process_group(simulated_xpu(torch=LAST_ON_CCL, oneccl=True, ipex=True).events)
+    trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, num_nodes=2, strategy="ddp",
+                                                   logger=False)
+    assert (trainer.strategy.global_rank, trainer.strategy.local_rank) == (3, 1)
+    trainer.strategy.setup_environment()
+    assert pg.backend == "ccl"
+    seen = {name: os.environ.get(name) for name in ("CCL_PROCESS_LAUNCHER", "CCL_LOCAL_RANK", "CCL_LOCAL_SIZE",
+                                                    *BINDINGS_LOCAL_PLACE)}
+    assert seen == {"CCL_PROCESS_LAUNCHER": "none", "CCL_LOCAL_RANK": "1", "CCL_LOCAL_SIZE": "2", "LOCAL_RANK": "1",
+                    "LOCAL_WORLD_SIZE": "2"}
+
+
+def test_on_node_0_of_a_lightning_launch_the_local_size_is_the_nodes_share(simulated_xpu, recorded_process_group,
+                                                                         monkeypatch) -> None:
+    """Rank 1 of 4 on the first node: the bindings would make it local rank 1 of 4 (Lightning exports no
+    LOCAL_WORLD_SIZE). The simulated launch spans 2 nodes (tests/oneccl_launch.py NODES_VARIABLE)."""
+    launches.launch(monkeypatch, {**SECOND_NODE["Lightning"], "NODE_RANK": "0"})
+    monkeypatch.setenv(NODES_VARIABLE, "2")
+    pg = recorded_process_group(simulated_xpu(torch=LAST_ON_CCL, oneccl=True, ipex=True).events)
+    trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, num_nodes=2, strategy="ddp",
+                                                   logger=False)
+    trainer.strategy.setup_environment()
+    assert pg.backend == "ccl" and (os.environ["CCL_LOCAL_RANK"], os.environ["CCL_LOCAL_SIZE"]) == ("1", "2")
+
+
+def test_xccl_does_not_get_the_bindings_variables(simulated_xpu, recorded_process_group, monkeypatch) -> None:
+    """XCCL reads no LOCAL_RANK/LOCAL_WORLD_SIZE (intel/torch-xpu-ops src/xccl): nothing is exported for it."""
+    launches.launch(monkeypatch, SECOND_NODE["srun"])
+    pg = recorded_process_group(simulated_xpu(torch=NEWEST_PROFILE).events)
+    trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, num_nodes=2, strategy="ddp",
+                                                   logger=False)
+    trainer.strategy.setup_environment()
+    assert pg.backend == "xccl" and not set(BINDINGS_LOCAL_PLACE) & set(os.environ)
+
+
+def test_the_contract_is_keyed_by_the_bundled_oneccl_and_only_2021_14_is_verified() -> None:
+    """Every release's bundled oneCCL (row bundled_oneccl) has one contract row; the rows beyond the oneCCL the
+    contract was read from say they are assumed."""
+    for version in ALL_PROFILES:
+        contract_for(fact("bundled_oneccl", version))
+    assert [row.oneccl for row in CONTRACTS if row.verified] == ["==2021.14.*"]
+    assert not contract_for("2021.15.2").verified and "onecclCommInitRank" in contract_for("2022.1.2").note
+    with pytest.raises(LookupError, match=r"no single oneCCL launch contract for oneCCL 2023\.0"):
+        contract_for("2023.0")
 
 
 # ---- one real launch per launcher --------------------------------------------------------------------------
