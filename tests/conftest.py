@@ -142,7 +142,7 @@ def stand_in_ipex(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInIPEX]:
     """A STAND-IN for Intel Extension for PyTorch (`intel_extension_for_pytorch`), inserted into `sys.modules`.
 
     Not IPEX: its `optimize` records its arguments and, like IPEX's `fuse_update_step`, marks the optimizer as fused
-    in place (`optimizer.fused = True`). The real package exists only on PyTorch <= 2.8 XPU stacks.
+    in place (`optimizer.fused = True`). The real package exists only on PyTorch 2.5-2.10 XPU stacks.
     """
     record = StandInIPEX()
 

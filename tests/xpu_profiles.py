@@ -133,6 +133,15 @@ FACTS: tuple[Fact, ...] = (
     Fact("count_poisons_fork", ">=2.13", "unless-pyzes",
          f"{XPU_INIT}@v2.13.0..v2.15.0 (device_count: _device_count_zes first; 'will NOT poison fork if Level Zero"
          " Sysman discovery succeeds')", ("xpu.device_count", "xpu.is_available", "xpu._device_count_zes")),
+    # Whether the XPU wheel installs pyzes (so that the Sysman count works out of the box): a profile's default.
+    Fact("wheel_requires_pyzes", "<2.13", False, f"{XPU_INIT}@v2.5.1..v2.12.0 (no Sysman path: pyzes unused)"),
+    Fact("wheel_requires_pyzes", "==2.13.*", False, f"{XPU_INIT}@v2.13.0 (_device_count_zes uses pyzes when it"
+         " imports)", verified=False, note="PyTorch's 2.13 release-notes worksheet lists pytorch/pytorch#185969 and a"
+         " Nix package of torch 2.13.0+xpu declares pyzes==0.1.1, but the 2.13 XPU wheel's metadata was not read:"
+         " modelled without pyzes (the stricter case, counting poisons fork)"),
+    Fact("wheel_requires_pyzes", ">=2.14", True, "pytorch/pytorch .github/scripts/generate_binary_build_matrix.py"
+         "@release/2.14 (pyzes==0.1.1 in the XPU wheel's extra install requirements, pytorch/pytorch#185969)",
+         verified=False, note="read from the pull request, not from the 2.14/2.15 XPU wheel metadata"),
     Fact("bad_fork_error", ">=2.5",
          "Cannot re-initialize XPU in forked subprocess. To use XPU with multiprocessing, you must use the 'spawn'"
          " start method", f"{XPU_INIT}@v2.5.1..v2.15.0 (_lazy_init)", ("xpu._is_in_bad_fork",)),
@@ -297,11 +306,11 @@ def fact_names() -> list[str]:
 
 @dataclass(frozen=True)
 class Profile:
-    """One simulated XPU stack. `pyzes`: Level Zero Sysman counting works; `ipex`: IPEX is installed; `pti`: the
-    build has the Kineto/PTI tracer."""
+    """One simulated XPU stack. `pyzes`: Level Zero Sysman counting works (default: where the release's wheels
+    install pyzes, row wheel_requires_pyzes); `ipex`: IPEX is installed; `pti`: the build has the Kineto/PTI tracer."""
 
     torch: str
-    pyzes: bool = False
+    pyzes: bool | None = None
     ipex: bool = False
     pti: bool = True
 
@@ -311,6 +320,8 @@ class Profile:
                               " read its sources, then extend the rows and NEWEST_READ in tests/xpu_profiles.py")
         for name in fact_names():  # every fact must be known for this release: fail at once, naming the gap
             fact(name, self.torch)
+        if self.pyzes is None:
+            object.__setattr__(self, "pyzes", self.fact("wheel_requires_pyzes"))
 
     def fact(self, name: str) -> Any:
         return fact(name, self.torch)
@@ -329,15 +340,19 @@ class Profile:
     def as_env(self) -> str:
         """The value of `LXPU_SIM_PROFILE` giving this profile to launched ranks (tests/bootstrap)."""
         flags = [name for name in ("pyzes", "ipex") if getattr(self, name)] + ([] if self.pti else ["no-pti"])
+        if not self.pyzes and self.fact("wheel_requires_pyzes"):
+            flags.append("no-pyzes")
         return ",".join([self.torch, *flags])
 
     @classmethod
     def from_env(cls, text: str) -> Profile:
         version, *flags = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = set(flags) - {"pyzes", "ipex", "no-pti"}
+        unknown = set(flags) - {"pyzes", "no-pyzes", "ipex", "no-pti"}
         if unknown:
-            raise ValueError(f"LXPU_SIM_PROFILE={text!r}: unknown flags {sorted(unknown)}; use pyzes, ipex, no-pti")
-        return cls(version, pyzes="pyzes" in flags, ipex="ipex" in flags, pti="no-pti" not in flags)
+            raise ValueError(f"LXPU_SIM_PROFILE={text!r}: unknown flags {sorted(unknown)}; use pyzes, no-pyzes, ipex,"
+                             " no-pti")
+        pyzes = True if "pyzes" in flags else (False if "no-pyzes" in flags else None)
+        return cls(version, pyzes=pyzes, ipex="ipex" in flags, pti="no-pti" not in flags)
 
 
 def mask_is_integers(mask: str | None) -> bool:

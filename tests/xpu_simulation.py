@@ -306,7 +306,7 @@ def simulate_xpu(
     name: str = SimulatedXPU.name,
     eu_count: int | None = SimulatedXPU.eu_count,
     torch_version: str | None = None,
-    pyzes: bool = False,
+    pyzes: bool | None = None,
     ipex: bool = False,
     pti: bool = True,
 ) -> SimulatedXPU:
