@@ -93,6 +93,8 @@ def _finds_local_place(launcher: str, environ: Mapping[str, str], local_rank: in
         # Variables inherited from an outer launch (`mpiexec -n 1` around Lightning's launcher) describe another rank.
         return (environ.get(rank_name), environ.get(size_name)) == (str(local_rank), str(local_size))
     if launcher == "pmix":  # a PMIx server gave this process PMIX_RANK: PALS --pmi=pmix, Open MPI, srun --mpi=pmix
+        # Unverified for PALS: no readable source says it exports PMIX_RANK (docs/xpu-guide.md, What no source
+        # settles). Where it does not, `none` with the rank's place is used instead, which needs no PMIx server.
         return "PMIX_RANK" in environ and has_mpi_world(environ)
     return launcher == "none"  # its variables are always written below; any other value oneCCL refuses itself
 
