@@ -52,7 +52,15 @@ from tests.runtime.test_launch import (
     _run,
     srun_job,
 )
-from tests.xpu_profiles import ALL_PROFILES, NEWEST_PROFILE, PROFILE_GRID, Profile, fact
+from tests.xpu_profiles import (
+    ALL_PROFILES,
+    FACTS,
+    NEWEST_PROFILE,
+    ONECCL_FACTS,
+    PROFILE_GRID,
+    Profile,
+    fact,
+)
 from tests.xpu_simulation import bootstrap_env
 
 CPU = torch.device("cpu")
@@ -315,6 +323,26 @@ def test_the_contract_is_keyed_by_the_bundled_oneccl_and_only_2021_14_is_verifie
     assert not contract_for("2021.15.2").verified and "onecclCommInitRank" in contract_for("2022.1.2").note
     with pytest.raises(LookupError, match=r"no single oneCCL launch contract for oneCCL 2023\.0"):
         contract_for("2023.0")
+
+
+# What the one list in the docs says for each unverified row beneath the process group (docs/xpu-guide.md).
+LISTED_AS = {"bundled_oneccl": "2022.1.2", "xccl_communicator_api": "onecclCommInitRank",
+             "wheel_requires_pyzes": "pyzes"}
+
+
+def test_what_no_source_settles_is_one_list_that_names_each_unverified_row_and_the_site_guides_link_to() -> None:
+    guide = (REPO / "docs" / "xpu-guide.md").read_text()
+    assert guide.count("\n## What no source settles\n") == 1
+    section = guide.split("\n## What no source settles\n", 1)[1].split("\n## ", 1)[0]
+    beneath = {*(row.name for row in ONECCL_FACTS), "wheel_requires_pyzes"}
+    rows = {row.name for row in FACTS if not row.verified and row.name in beneath}
+    assert rows <= set(LISTED_AS), f"unverified rows the list does not name: {sorted(rows - set(LISTED_AS))}"
+    assert all(LISTED_AS[name] in section for name in rows)
+    assert any(not row.verified for row in CONTRACTS) and "oneCCL 2021.15 and later" in section
+    for text in ("PMIX_RANK", "PMI_SIZE", "CCL_ATL_TRANSPORT=mpi"):
+        assert text in section
+    for site in ("aurora", "dawn"):
+        assert "xpu-guide.md#what-no-source-settles" in (REPO / "docs" / f"{site}.md").read_text(), site
 
 
 # ---- one real launch per launcher --------------------------------------------------------------------------
