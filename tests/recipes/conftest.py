@@ -12,7 +12,6 @@ import pytest
 # recipe_helpers puts recipes/ on sys.path, so it is imported before anything from lxpu_recipes.
 from recipe_helpers import (
     ENGINE_DIR,
-    MODULE_SITE,
     MODULEFILE_BODY,
     RECIPES,
     REPO,
@@ -23,7 +22,6 @@ from recipe_helpers import (
     Renderer,
     load_recipes,
     render_selection,
-    without_oneccl_modules,
     write_artifacts,
 )
 
@@ -46,37 +44,18 @@ def rendered(recipes: Recipes, tmp_path_factory: pytest.TempPathFactory) -> Rend
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
-@pytest.fixture(scope="session")
-def rendered_loading_modules(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
-    """Everything rendered from recipes whose MODULE_SITE modules bring no oneCCL, so that a version (MODULE_MINOR)
-    loads them: no real site module is loaded since the oneCCL rule."""
-    copy = _repository_copy(tmp_path_factory.mktemp("recipes-loading-modules"))
-    without_oneccl_modules(copy / "recipes", MODULE_SITE)
-    loaded = load_recipes(copy / "recipes")
-    root = tmp_path_factory.mktemp("rendered-loading-modules")
-    artifacts = render_selection(
-        Renderer(loaded), list(loaded.matrix.versions.values()), list(loaded.sites.values()), None
-    )
-    write_artifacts(artifacts, root)
-    return Rendered(root, artifacts)
-
-
 @pytest.fixture
 def temp_recipes(tmp_path: Path) -> Iterator[Path]:
     """A repository root holding a copy of recipes/, the install engine (whose contract the jobs carry) and the
     modulefile body and setup library (whose contracts the modulefiles and setup scripts carry), safe to edit."""
-    yield _repository_copy(tmp_path / "repo")
-
-
-def _repository_copy(root: Path) -> Path:
-    """`root` holding a copy of recipes/ and what the renders carry the contracts of (see `temp_recipes`)."""
+    root = tmp_path / "repo"
     shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
     shutil.copytree(REPO / ENGINE_DIR, root / ENGINE_DIR, ignore=_IGNORE)
     shutil.copytree(REPO / Path(SHIM).parent, root / Path(SHIM).parent, ignore=_IGNORE)
     for shared in (MODULEFILE_BODY, SETUP_LIBRARY):
         (root / shared).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / shared, root / shared)
-    return root
+    yield root
 
 
 @pytest.fixture

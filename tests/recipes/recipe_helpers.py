@@ -4,10 +4,8 @@ it): repository paths, the CLI in and out of process, bash, file edits, the rend
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,12 +134,6 @@ def bash(
     )
 
 
-def without_oneccl_modules(recipes_dir: Path, site: str) -> None:
-    """In a copy of recipes/: `site`'s oneAPI modules bring no oneCCL, so the oneCCL rule keeps them."""
-    path = recipes_dir / "sites" / f"{site}.toml"
-    path.write_text(re.sub(r'oneccl = "[^"]*", ', "", path.read_text()))
-
-
 def edit(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, f"{old!r} not in {path}"
@@ -156,12 +148,10 @@ _MINORS = list(_LOADED.matrix.versions)
 OTHER = _MINORS[_MINORS.index(MINOR) - 1] if _MINORS.index(MINOR) > 0 else _MINORS[-1]
 PLAIN_SITE = plain_site(_LOADED)
 MODULE_SITE = next(name for name, site in _LOADED.sites.items() if site.modules)
-# A version that loads every module of MODULE_SITE once its modules bring no oneCCL (the oneAPI rule leaves none
-# out). No real site module is loaded by any version since the oneCCL rule (Dawn's base module brings oneCCL, which
-# every XPU wheel carries itself), so the tests of loading use recipes with that `oneccl` removed
-# (`without_oneccl_modules`, the `rendered_loading_modules` fixture).
+# A version whose oneAPI the modules of MODULE_SITE share (the oneAPI rule leaves none out; the oneCCL rule leaves
+# Dawn's out of every version, but the rendered preview of a site's module list names them all).
 MODULE_MINOR = next(
     minor for minor, v in _LOADED.matrix.versions.items()
-    if not dataclasses.replace(_LOADED.sites[MODULE_SITE], oneccl_modules={}).modules_for(v)[1]
+    if all(v.admits_oneapi(year) for year in _LOADED.sites[MODULE_SITE].oneapi_modules.values())
 )
 PBS_SITE = next(name for name, site in _LOADED.sites.items() if site.scheduler == "pbs")

@@ -196,11 +196,10 @@ def test_the_shared_library_missing_or_of_another_contract_says_what_to_rerun(
     ("tag", "site"), [(MODULE_MINOR, MODULE_SITE), (f"{MINOR}-cpu", PBS_SITE), (f"{OTHER}-cuda", PLAIN_SITE)]
 )
 def test_setup_script_gives_the_module_environment(
-    rendered: Rendered, rendered_loading_modules: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str
+    rendered: Rendered, recipes: Recipes, tmp_path: Path, tag: str, site: str
 ) -> None:
     require(LMOD_INIT.is_file(), "Lmod (/usr/share/lmod/lmod/init/bash)")
-    tree = rendered_loading_modules if site == MODULE_SITE else rendered  # a site module really loaded
-    install = make_install(tree, tmp_path / "pre fix", tag, site, False)
+    install = make_install(rendered, tmp_path / "pre fix", tag, site, False)
     stand_ins = make_stand_ins(tmp_path, set(recipes.sites[site].modules))
     names = " ".join([*OURS, *(s.name for s in recipes.sites[site].env)])
     start = f'source "{LMOD_INIT}"; module use "{stand_ins}"; module use "{install.prefix}/modulefiles"; '
