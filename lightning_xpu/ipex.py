@@ -1,7 +1,10 @@
-"""Opt-in `ipex.optimize` for stacks that still ship Intel Extension for PyTorch (IPEX, PyTorch <= 2.8).
+"""Opt-in `ipex.optimize` for stacks that still ship Intel Extension for PyTorch (IPEX, PyTorch 2.5-2.10).
 
-Optional and absent on newer stacks: IPEX is retired and native `torch.xpu` needs none of it. Nothing here runs
-unless the user asks for it:
+Optional and absent on newer stacks: IPEX is retired and native `torch.xpu` needs none of it. Its last documented
+release is v2.8.10+xpu (PyTorch 2.8; `docs/tutorials/releases.md`); the tags v2.9.10+xpu and v2.10.10+xpu
+(intel/intel-extension-for-pytorch, branch xpu-main) pair with PyTorch 2.9 and 2.10 (ALCF's Aurora frameworks module
+installs 2.10.10 next to torch 2.10); the repository was archived in March 2026, with nothing for 2.11 or later.
+Nothing here runs unless the user asks for it:
 
 - Trainer: `Trainer(callbacks=[IPEXOptimize()])` (from `lightning_xpu.ipex`) applies `ipex.optimize` to the
   LightningModule and its optimizer when fitting starts, after the strategy has moved the model to the device and
@@ -31,8 +34,8 @@ def import_ipex() -> Any:
         return importlib.import_module(IPEX_MODULE)
     except ImportError as error:
         raise ModuleNotFoundError(
-            f"ipex.optimize needs {IPEX_MODULE}, which exists only for PyTorch <= 2.8 XPU stacks and is not installed"
-            " here; remove IPEXOptimize / lightning_xpu.ipex.optimize (native torch.xpu needs no IPEX)."
+            f"ipex.optimize needs {IPEX_MODULE}, which exists only for PyTorch 2.5-2.10 XPU stacks and is not"
+            " installed here; remove IPEXOptimize / lightning_xpu.ipex.optimize (native torch.xpu needs no IPEX)."
         ) from error
 
 

@@ -142,7 +142,7 @@ def stand_in_ipex(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInIPEX]:
     """A STAND-IN for Intel Extension for PyTorch (`intel_extension_for_pytorch`), inserted into `sys.modules`.
 
     Not IPEX: its `optimize` records its arguments and, like IPEX's `fuse_update_step`, marks the optimizer as fused
-    in place (`optimizer.fused = True`). The real package exists only on PyTorch <= 2.8 XPU stacks.
+    in place (`optimizer.fused = True`). The real package exists only on PyTorch 2.5-2.10 XPU stacks.
     """
     record = StandInIPEX()
 
@@ -217,7 +217,7 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
     import torch.distributed.device_mesh
     from lightning_utilities.core.rank_zero import rank_zero_only
 
-    from lightning_xpu.environments.oneccl import ONECCL_LAUNCH_VARIABLES
+    from lightning_xpu.environments.oneccl import BINDINGS_LOCAL_PLACE, ONECCL_LAUNCH_VARIABLES
 
     def record(events: list[tuple[str, Any]] | None = None) -> RecordedProcessGroup:
         pg = RecordedProcessGroup(events=[] if events is None else events)
@@ -258,8 +258,13 @@ def recorded_process_group(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rec
         monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda group=None: pg.destroyed.append(group))
         monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
         monkeypatch.setenv("MASTER_PORT", "29500")
-        for name in ONECCL_LAUNCH_VARIABLES:
-            monkeypatch.delenv(name, raising=False)
+        for name in ONECCL_LAUNCH_VARIABLES:  # set then deleted: recorded, so what the setup writes is undone
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
+        for name in BINDINGS_LOCAL_PLACE:  # launch variables (kept as the test set them), written for ccl
+            monkeypatch.setenv(name, os.environ.get(name, ""))
+            if not os.environ[name]:
+                monkeypatch.delenv(name)
         # Lightning sets the rank once, when it is first imported; importing it first means undoing this patch
         # restores that value instead of deleting an attribute that a later import would no longer set.
         from lightning_xpu._namespaces import LIGHTNING, STANDALONE

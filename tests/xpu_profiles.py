@@ -81,6 +81,49 @@ MASK_FACTS = (
          verified=False, note="read at v2.13.0; 2.14 and 2.15 assumed unchanged"),
 )
 
+# ---- oneCCL beneath the process groups (issue 29; its own block so that other row changes merge cleanly) --------
+# The oneCCL each release's XPU wheels bring: the `ccl` bindings' submodule (2.5-2.7), the `oneccl` wheel pinned by
+# the torch XPU wheel (2.8+: PYTORCH_EXTRA_INSTALL_REQUIREMENTS of intel/torch-xpu-ops .github/scripts/build.sh).
+# tests/oneccl_launch.py keys its launch contract by this version (read from 2021.14 only).
+TORCH_CCL_SOURCE = "intel/torch-ccl src/ProcessGroupCCL.cpp"
+BUILD_SH = "intel/torch-xpu-ops .github/scripts/build.sh"
+ONECCL_FACTS = (
+    Fact("bundled_oneccl", "<2.8", "2021.14", "intel/torch-ccl third_party/oneCCL@v2.5.0+xpu..v2.8.0+xpu (submodule"
+         " 3afa1bb, oneCCL 2021.14); setup.py package_data lib/*.so* (the wheel carries its libccl)"),
+    Fact("bundled_oneccl", "==2.8.*", "2021.15.2", f"{BUILD_SH}@release/2.8 (oneccl==2021.15.2)"),
+    Fact("bundled_oneccl", "==2.9.*", "2021.16.1", f"{BUILD_SH}@release/2.9 (oneccl==2021.16.1)"),
+    Fact("bundled_oneccl", "==2.10.*", "2021.17.1", f"{BUILD_SH}@release/2.10 (oneccl==2021.17.1)"),
+    Fact("bundled_oneccl", ">=2.11,<2.13", "2021.17.2", f"{BUILD_SH}@release/2.11, @release/2.12 (oneccl==2021.17.2)"),
+    Fact("bundled_oneccl", "==2.13.*", "2022.0.0", f"{BUILD_SH}@release/2.13 (oneccl==2022.0.0)"),
+    Fact("bundled_oneccl", "==2.14.*", "2022.1.2", "docs.vllm.ai getting_started/installation/gpu@latest (XPU: 'after"
+         " upgrading to PyTorch 2.14 ... oneccl==2022.1.2'); vllm-project/vllm#56013 (2.14 moves to oneCCL 2022.1.x)",
+         verified=False, note=f"downstream sources: {BUILD_SH}@release/2.14 takes the list from PyTorch's"
+                              " generate_binary_build_matrix.py, which was not read"),
+    Fact("bundled_oneccl", "==2.15.*", "2022.1.2", "intel/torch-xpu-ops@main (no release/2.15 branch read)",
+         verified=False, note="assumed as 2.14"),
+    # How XCCL creates communicators: oneCCL's C++ API (ccl::create_communicators) or the newer C API
+    # (onecclCommInitRank). Whether the C API reads the launch variables is in no readable source (Contract rows).
+    Fact("xccl_communicator_api", "<2.8", ABSENT, "intel/torch-xpu-ops@release/2.6, @release/2.7 (no XCCL in the"
+         " wheels; row is_xccl_available)"),
+    Fact("xccl_communicator_api", ">=2.8,<2.12", "cpp", "intel/torch-xpu-ops src/xccl@release/2.8..release/2.11"
+         " (ccl::create_communicator)", verified=False, note="the branches before 2.12 were not re-read for this"
+         " row"),
+    Fact("xccl_communicator_api", ">=2.12,<2.14", "cpp", "intel/torch-xpu-ops src/xccl/xccl.h@release/2.12 ~71-84,"
+         " @release/2.13 ~541-577 (the C API only with USE_CCL_V2=1)"),
+    Fact("xccl_communicator_api", "==2.14.*", "c", "intel/torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp@release/2.14"
+         " ~630-641 (onecclSetDevice + onecclCommInitRank only)"),
+    Fact("xccl_communicator_api", "==2.15.*", "c", "intel/torch-xpu-ops@main (no release/2.15 branch read)",
+         verified=False,
+         note="assumed as 2.14"),
+    # The `ccl` bindings' ProcessGroupCCL constructor rewrites CCL_PROCESS_LAUNCHER/CCL_LOCAL_RANK/CCL_LOCAL_SIZE
+    # (tests/oneccl_launch.py torch_ccl_rewrite); no bindings exist after v2.8.0+xpu.
+    Fact("torch_ccl_rewrites_place", "<2.9", True, f"{TORCH_CCL_SOURCE}@v2.7.0+xpu ~591-596, ~696-711 (with_mpirun;"
+         " setOneCCLEnvVar CCL_PROCESS_LAUNCHER/CCL_LOCAL_RANK/CCL_LOCAL_SIZE); the same at v2.5.0+xpu ~590/695-709,"
+         " v2.6.0+xpu ~591/696-710, v2.8.0+xpu ~825/930-944"),
+    Fact("torch_ccl_rewrites_place", ">=2.9", ABSENT,
+         "intel/torch-ccl@v2.8.0+xpu (the last tag; deprecated, issue #80)"),
+)
+
 FACTS: tuple[Fact, ...] = (
     # ---- counting devices, fork poisoning, the bad-fork state -------------------------------------------------
     Fact("count_poisons_fork", ">=2.5,<2.13", "always",
@@ -90,6 +133,15 @@ FACTS: tuple[Fact, ...] = (
     Fact("count_poisons_fork", ">=2.13", "unless-pyzes",
          f"{XPU_INIT}@v2.13.0..v2.15.0 (device_count: _device_count_zes first; 'will NOT poison fork if Level Zero"
          " Sysman discovery succeeds')", ("xpu.device_count", "xpu.is_available", "xpu._device_count_zes")),
+    # Whether the XPU wheel installs pyzes (so that the Sysman count works out of the box): a profile's default.
+    Fact("wheel_requires_pyzes", "<2.13", False, f"{XPU_INIT}@v2.5.1..v2.12.0 (no Sysman path: pyzes unused)"),
+    Fact("wheel_requires_pyzes", "==2.13.*", False, f"{XPU_INIT}@v2.13.0 (_device_count_zes uses pyzes when it"
+         " imports)", verified=False, note="PyTorch's 2.13 release-notes worksheet lists pytorch/pytorch#185969 and a"
+         " Nix package of torch 2.13.0+xpu declares pyzes==0.1.1, but the 2.13 XPU wheel's metadata was not read:"
+         " modelled without pyzes (the stricter case, counting poisons fork)"),
+    Fact("wheel_requires_pyzes", ">=2.14", True, "pytorch/pytorch .github/scripts/generate_binary_build_matrix.py"
+         "@release/2.14 (pyzes==0.1.1 in the XPU wheel's extra install requirements, pytorch/pytorch#185969)",
+         verified=False, note="read from the pull request, not from the 2.14/2.15 XPU wheel metadata"),
     Fact("bad_fork_error", ">=2.5",
          "Cannot re-initialize XPU in forked subprocess. To use XPU with multiprocessing, you must use the 'spawn'"
          " start method", f"{XPU_INIT}@v2.5.1..v2.15.0 (_lazy_init)", ("xpu._is_in_bad_fork",)),
@@ -202,6 +254,7 @@ FACTS: tuple[Fact, ...] = (
     Fact("profiler_xpu_activity", ">=2.5", "pti-builds-only", "torch/_C/_profiler.pyi@v2.5.1..v2.15.0"
          " (ProfilerActivity.XPU always exists; in supported_activities() only with Kineto/PTI)"),
     *MASK_FACTS,
+    *ONECCL_FACTS,
     # ---- telling an XPU build from a CPU one ---------------------------------------------------------------
     Fact("version_xpu", "<2.6", ABSENT, "torch/version.py@v2.5.1 (no xpu attribute; added by pytorch#139466)"),
     Fact("version_xpu", ">=2.6", "sycl-version", "torch/version.py@v2.6.0..v2.15.0 (`xpu: Optional[str]`, set by"
@@ -253,11 +306,11 @@ def fact_names() -> list[str]:
 
 @dataclass(frozen=True)
 class Profile:
-    """One simulated XPU stack. `pyzes`: Level Zero Sysman counting works; `ipex`: IPEX is installed; `pti`: the
-    build has the Kineto/PTI tracer."""
+    """One simulated XPU stack. `pyzes`: Level Zero Sysman counting works (default: where the release's wheels
+    install pyzes, row wheel_requires_pyzes); `ipex`: IPEX is installed; `pti`: the build has the Kineto/PTI tracer."""
 
     torch: str
-    pyzes: bool = False
+    pyzes: bool | None = None
     ipex: bool = False
     pti: bool = True
 
@@ -267,6 +320,8 @@ class Profile:
                               " read its sources, then extend the rows and NEWEST_READ in tests/xpu_profiles.py")
         for name in fact_names():  # every fact must be known for this release: fail at once, naming the gap
             fact(name, self.torch)
+        if self.pyzes is None:
+            object.__setattr__(self, "pyzes", self.fact("wheel_requires_pyzes"))
 
     def fact(self, name: str) -> Any:
         return fact(name, self.torch)
@@ -285,15 +340,19 @@ class Profile:
     def as_env(self) -> str:
         """The value of `LXPU_SIM_PROFILE` giving this profile to launched ranks (tests/bootstrap)."""
         flags = [name for name in ("pyzes", "ipex") if getattr(self, name)] + ([] if self.pti else ["no-pti"])
+        if not self.pyzes and self.fact("wheel_requires_pyzes"):
+            flags.append("no-pyzes")
         return ",".join([self.torch, *flags])
 
     @classmethod
     def from_env(cls, text: str) -> Profile:
         version, *flags = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = set(flags) - {"pyzes", "ipex", "no-pti"}
+        unknown = set(flags) - {"pyzes", "no-pyzes", "ipex", "no-pti"}
         if unknown:
-            raise ValueError(f"LXPU_SIM_PROFILE={text!r}: unknown flags {sorted(unknown)}; use pyzes, ipex, no-pti")
-        return cls(version, pyzes="pyzes" in flags, ipex="ipex" in flags, pti="no-pti" not in flags)
+            raise ValueError(f"LXPU_SIM_PROFILE={text!r}: unknown flags {sorted(unknown)}; use pyzes, no-pyzes, ipex,"
+                             " no-pti")
+        pyzes = True if "pyzes" in flags else (False if "no-pyzes" in flags else None)
+        return cls(version, pyzes=pyzes, ipex="ipex" in flags, pti="no-pti" not in flags)
 
 
 def mask_is_integers(mask: str | None) -> bool:

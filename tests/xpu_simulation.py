@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
-from tests.oneccl_launch import launched_place, oneccl_check
+from tests.oneccl_launch import READ_ONECCL, launched_place, oneccl_check, torch_ccl_rewrite
 from tests.xpu_profiles import ABSENT, Profile, check_device_id, is_modelled, mask_is_integers, visible_device_count
 
 ONECCL_MODULE = "oneccl_bindings_for_pytorch"
@@ -143,7 +143,9 @@ def check_init_process_group(kwargs: dict[str, Any]) -> None:
 
 def check_oneccl_launch(backend: str | None, kwargs: dict[str, Any]) -> None:
     """oneCCL's launch contract (tests/oneccl_launch.py) for a `ccl` or `xccl` group, in every simulation mode:
-    raises OneCCLLaunchFailure where the real runtime beneath would fail or hang."""
+    raises OneCCLLaunchFailure where the real runtime beneath would fail or hang. A `ccl` group first rewrites the
+    CCL_* place as the bindings' constructor does (row torch_ccl_rewrites_place; always in the default mode), and
+    the contract is the one of the profile's bundled oneCCL (row bundled_oneccl)."""
     if backend not in ("ccl", "xccl"):
         return
     world = int(kwargs.get("world_size", -1))
@@ -151,7 +153,12 @@ def check_oneccl_launch(backend: str | None, kwargs: dict[str, Any]) -> None:
     rank = int(kwargs.get("rank", -1))
     rank = int(os.environ.get("RANK", "0")) if rank < 0 else rank
     launch, local_rank, local_size = launched_place(os.environ, rank, world)
-    oneccl_check(os.environ, launch, local_rank, local_size)
+    sim = active()
+    profile = sim.profile if sim is not None else None
+    if backend == "ccl" and (profile is None or profile.fact("torch_ccl_rewrites_place") is True):
+        torch_ccl_rewrite(os.environ, rank, world)
+    oneccl = READ_ONECCL if profile is None or backend == "ccl" else profile.fact("bundled_oneccl")
+    oneccl_check(os.environ, launch, local_rank, local_size, oneccl)
 
 
 def check_init_device_mesh(bound_device: Any, backend: str | None, mesh_shape: tuple[int, ...]) -> None:
@@ -299,7 +306,7 @@ def simulate_xpu(
     name: str = SimulatedXPU.name,
     eu_count: int | None = SimulatedXPU.eu_count,
     torch_version: str | None = None,
-    pyzes: bool = False,
+    pyzes: bool | None = None,
     ipex: bool = False,
     pti: bool = True,
 ) -> SimulatedXPU:

@@ -20,6 +20,21 @@ oneCCL sits beneath both XPU process-group backends: PyTorch's XCCL (torch >= 2.
 
 So a site's or user's value is kept wherever it can work under the launcher that really started the rank, and
 replaced only where it cannot (`oneccl_settings`).
+
+The `ccl` bindings then rewrite what was set: the `ProcessGroupCCL` constructor (intel/torch-ccl
+`src/ProcessGroupCCL.cpp`@v2.5.0+xpu..v2.8.0+xpu, `with_mpirun` and the block after it, ~591 and ~696-711 at
+v2.7.0+xpu), when none of MPI_LOCALRANKID, MPI_LOCALNRANKS, PMI_RANK, PMI_SIZE, PMIX_RANK is set, sets
+`CCL_PROCESS_LAUNCHER=none` and `CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE` from `LOCAL_RANK`/`LOCAL_WORLD_SIZE`, or from the
+group's global rank and size when either is missing. Lightning's launcher never exports `LOCAL_WORLD_SIZE` and srun
+no `LOCAL_RANK`, so on two or more nodes that rewrite would give every rank a wrong place. For `ccl` the rank's true
+`LOCAL_RANK`/`LOCAL_WORLD_SIZE` are therefore exported too (`oneccl_settings(..., bindings=True)`): the bindings'
+own rewrite then computes the right values.
+
+Version: this contract was read from oneCCL 2021.14 (the oneCCL of torch-ccl v2.5.0+xpu..v2.8.0+xpu). XCCL wheels
+bundle newer ones (2021.15.2 with PyTorch 2.8 up to 2022.1.x with 2.14, and from 2.14 XCCL creates communicators
+only through oneCCL's newer C API `onecclCommInitRank`, intel/torch-xpu-ops `src/xccl/ProcessGroupXCCL.cpp`
+@release/2.14). No readable source says whether those read the same variables: assumed, not verified (docs/
+xpu-guide.md, "What no source settles").
 """
 
 from __future__ import annotations
@@ -40,6 +55,8 @@ LAUNCHER = "CCL_PROCESS_LAUNCHER"
 LOCAL_RANK, LOCAL_SIZE = "CCL_LOCAL_RANK", "CCL_LOCAL_SIZE"
 TRANSPORT, KVS_MODE = "CCL_ATL_TRANSPORT", "CCL_KVS_MODE"
 ONECCL_LAUNCH_VARIABLES = (LAUNCHER, LOCAL_RANK, LOCAL_SIZE, TRANSPORT, KVS_MODE)
+# What the `ccl` bindings' ProcessGroupCCL reads to rewrite CCL_LOCAL_RANK/CCL_LOCAL_SIZE (see the module docstring).
+BINDINGS_LOCAL_PLACE = ("LOCAL_RANK", "LOCAL_WORLD_SIZE")
 DEFAULT_LAUNCHER = "hydra"  # oneCCL env.cpp
 # Values used instead of an `mpi` setting that cannot work: oneCCL's defaults without MPI (env.cpp, env_parser.cpp).
 _WITHOUT_MPI = {TRANSPORT: "ofi", KVS_MODE: "pmi"}
@@ -76,13 +93,19 @@ def _finds_local_place(launcher: str, environ: Mapping[str, str], local_rank: in
         # Variables inherited from an outer launch (`mpiexec -n 1` around Lightning's launcher) describe another rank.
         return (environ.get(rank_name), environ.get(size_name)) == (str(local_rank), str(local_size))
     if launcher == "pmix":  # a PMIx server gave this process PMIX_RANK: PALS --pmi=pmix, Open MPI, srun --mpi=pmix
+        # Unverified for PALS: no readable source says it exports PMIX_RANK (docs/xpu-guide.md, What no source
+        # settles). Where it does not, `none` with the rank's place is used instead, which needs no PMIx server.
         return "PMIX_RANK" in environ and has_mpi_world(environ)
     return launcher == "none"  # its variables are always written below; any other value oneCCL refuses itself
 
 
-def oneccl_settings(environ: Mapping[str, str], local_rank: int, local_size: int) -> OneCCLSettings:
-    """The `CCL_*` values this rank (local rank `local_rank` of `local_size` on its node) needs."""
+def oneccl_settings(environ: Mapping[str, str], local_rank: int, local_size: int,
+                    bindings: bool = False) -> OneCCLSettings:
+    """The `CCL_*` values this rank (local rank `local_rank` of `local_size` on its node) needs; with `bindings`
+    (backend `ccl`) also the `LOCAL_RANK`/`LOCAL_WORLD_SIZE` the bindings rewrite them from."""
     settings = OneCCLSettings()
+    if bindings:
+        settings.set.update(zip(BINDINGS_LOCAL_PLACE, (str(local_rank), str(local_size)), strict=True))
     launcher = environ.get(LAUNCHER) or DEFAULT_LAUNCHER
     if not _finds_local_place(launcher, environ, local_rank, local_size):
         if LAUNCHER in environ:

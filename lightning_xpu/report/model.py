@@ -22,15 +22,18 @@ PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
 SCHEMA_VERSION = 1
 
-# Distributions whose versions a report names (None when not installed). Lightning comes in two namespaces.
-DISTRIBUTIONS = {
+# Distributions whose versions a report names (None when not installed). Lightning comes in two namespaces. A tuple:
+# the same package under the names it had, the first installed one counts. Triton for XPU is `triton-xpu` from
+# PyTorch 2.10/2.11 on (intel/torch-xpu-ops#2814; `.github/workflows/_linux_build.yml`@release/2.11..release/2.14
+# install `triton-xpu==`), `pytorch-triton-xpu` before.
+DISTRIBUTIONS: dict[str, str | tuple[str, ...]] = {
     "lightning": "lightning",
     "pytorch_lightning": "pytorch-lightning",
     "lightning_fabric": "lightning-fabric",
     "lightning_utilities": "lightning-utilities",
     "intel_extension_for_pytorch": "intel-extension-for-pytorch",
     "oneccl_bindings_for_pytorch": "oneccl-bind-pt",
-    "pytorch_triton_xpu": "pytorch-triton-xpu",
+    "triton_xpu": ("triton-xpu", "pytorch-triton-xpu"),
     "numpy": "numpy",
 }
 # Environment variables a report records (values as set; unset ones are left out).
@@ -108,11 +111,14 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def distribution_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def distribution_version(names: str | tuple[str, ...]) -> str | None:
+    """The version of the first of `names` installed, None when none is."""
+    for name in (names,) if isinstance(names, str) else names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def install_manifest() -> dict[str, Any]:

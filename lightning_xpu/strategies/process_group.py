@@ -8,6 +8,9 @@ Around the strategy method that calls `_init_dist_connection` (on XPU only):
   srun, `CCL_PROCESS_LAUNCHER=none` with `CCL_LOCAL_RANK`/`CCL_LOCAL_SIZE`; a site's `pmix`/`mpi` settings are
   replaced only where they cannot work, with one line in the log of rank 0. XCCL sets none of these itself
   (intel/torch-xpu-ops `src/xccl`@release/2.8..release/2.14). Under MPI and PALS launchers the site's settings stay.
+  On ccl also the rank's `LOCAL_RANK`/`LOCAL_WORLD_SIZE`: the bindings rewrite the `CCL_*` place from them, or
+  from the global rank and world size when one is missing (intel/torch-ccl `src/ProcessGroupCCL.cpp`
+  @v2.5.0+xpu..v2.8.0+xpu), which is wrong on a second node.
   On ccl the bindings are imported (IPEX first) and their XPU part checked to be loaded (see backend.py), also for
   an explicit `process_group_backend="ccl"`.
 - after: the gloo group for objects on ccl (see collectives.py).
@@ -39,9 +42,10 @@ from lightning_xpu.strategies.collectives import open_object_group
 log = logging.getLogger(__name__)
 
 
-def set_oneccl_launch(local_rank: int, local_size: int, global_rank: int) -> None:
-    """Write the `CCL_*` values oneCCL needs for this rank into `os.environ`; rank 0 says what it replaced."""
-    settings = oneccl_settings(os.environ, local_rank, local_size)
+def set_oneccl_launch(local_rank: int, local_size: int, global_rank: int, bindings: bool = False) -> None:
+    """Write the `CCL_*` values oneCCL needs for this rank into `os.environ` (with `bindings`, for `ccl`, also what
+    the bindings rewrite them from); rank 0 says what it replaced."""
+    settings = oneccl_settings(os.environ, local_rank, local_size, bindings)
     os.environ.update(settings.set)
     if settings.replaced and global_rank == 0:
         log.warning(settings.describe())
@@ -58,7 +62,7 @@ def around_process_group_init(original: Callable[..., Any]) -> Callable[..., Any
         if backend == CCL:
             import_oneccl_bindings()  # also for an explicit "ccl": IPEX first, and its XPU part really loaded
         if backend in (CCL, XCCL):
-            set_oneccl_launch(self.local_rank, self.num_processes, self.global_rank)
+            set_oneccl_launch(self.local_rank, self.num_processes, self.global_rank, bindings=backend == CCL)
         result = original(self, *args, **kwargs)
         open_object_group(self)
         return result

@@ -19,6 +19,13 @@ from .tomldata import Table, load_toml
 
 VARIANT_NAMES = ("xpu", "cpu", "cuda")
 BACKENDS = ("ccl", "xccl")
+# Where each backend's XPU wheels carry their own oneCCL (the oneCCL rule, recipes/matrix.toml): a site module that
+# brings oneCCL is never loaded with them.
+BUNDLED_ONECCL = {
+    "ccl": "the oneccl_bind_pt wheel's lib/ (intel/torch-ccl setup.py package_data@v2.5.0+xpu..v2.8.0+xpu)",
+    "xccl": "the oneccl wheel the torch XPU wheel requires (intel/torch-xpu-ops .github/scripts/build.sh"
+    "@release/2.8..release/2.13)",
+}
 _MINOR = re.compile(r"^[0-9]+\.[0-9]+$")
 _PYTHON = re.compile(r"^3\.[0-9]+$")
 _GENERATION = re.compile(r"^20[0-9]{2}$")
@@ -176,6 +183,11 @@ class Version:
         """The oneAPI rule: a site module that brings oneAPI `generation` is loaded with this version only when
         its wheels bundle the same generation (never when that is unverified)."""
         return bool(self.oneapi_generation) and generation == self.oneapi_generation
+
+    @property
+    def bundles_oneccl(self) -> bool:
+        """The oneCCL rule: this version's XPU wheels carry their own oneCCL (BUNDLED_ONECCL)."""
+        return self.backend in BUNDLED_ONECCL
 
     def unverified(self) -> list[str]:
         """One line per fact of this entry that has no source."""

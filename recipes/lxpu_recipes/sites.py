@@ -78,6 +78,7 @@ class Site:
     modules: tuple[str, ...]
     python_module: str  # the module providing Python for a venv ("" = Python from PATH)
     oneapi_modules: dict[str, str]  # site module -> the oneAPI year it brings (see the oneAPI rule)
+    oneccl_modules: dict[str, str]  # site module -> the oneCCL version it brings (see the oneCCL rule)
     submit_hint: str
     headers: dict[str, Headers]
     env: tuple[EnvSetting, ...]
@@ -89,18 +90,23 @@ class Site:
         return self.submit_hint.replace("{script}", script)
 
     def modules_for(self, version: Version) -> tuple[list[str], list[str]]:
-        """The oneAPI rule (recipes/matrix.toml): the site modules loaded with `version`, and one line per
-        module left out because it brings another oneAPI year than the version's wheels bundle."""
+        """The oneAPI and oneCCL rules (recipes/matrix.toml): the site modules loaded with `version`, and one line
+        per module left out because it brings another oneAPI year than the version's wheels bundle, or a oneCCL
+        where they bundle their own."""
         kept, left_out = [], []
         for name in self.modules:
-            year = self.oneapi_modules.get(name)
-            if year is None or version.admits_oneapi(year):
-                kept.append(name)
-            else:
+            year, oneccl = self.oneapi_modules.get(name), self.oneccl_modules.get(name)
+            if year is not None and not version.admits_oneapi(year):
                 bundled = version.oneapi_generation or "an unverified generation"
                 left_out.append(
                     f"{name} (brings oneAPI {year}; the XPU wheels of PyTorch {version.minor} bundle oneAPI {bundled})"
                 )
+            elif oneccl is not None and version.bundles_oneccl:
+                left_out.append(
+                    f"{name} (brings oneCCL {oneccl}; the XPU wheels of PyTorch {version.minor} bundle their own)"
+                )
+            else:
+                kept.append(name)
         return kept, left_out
 
 
@@ -212,20 +218,26 @@ def _read_source_urls(table: Table, source_names: set[str]) -> dict[str, str]:
     return urls
 
 
-def _read_oneapi_modules(table: Table, modules: list[str]) -> dict[str, str]:
-    years = {}
+def _read_oneapi_modules(table: Table, modules: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(module -> oneAPI year, module -> oneCCL version) of the site modules that bring oneAPI."""
+    years, oneccl = {}, {}
     for name, entry in table.tables():
         if name not in modules:
             raise table.error(
                 name, f"'{name}' is not one of this site's modules ({', '.join(modules) or 'none'})"
             )
-        entry.only({"generation", "source"})
+        entry.only({"generation", "oneccl", "source"})
         year = entry.text("generation")
         if not re.match(r"^20[0-9]{2}$", year):
             raise entry.error("generation", f"'{year}' must be the oneAPI year the module brings, e.g. 2025")
+        if entry.has("oneccl"):
+            oneccl[name] = entry.text("oneccl")
+            if not re.match(r"^20[0-9]{2}\.[0-9]+(\.[0-9]+)?$", oneccl[name]):
+                raise entry.error("oneccl", f"'{oneccl[name]}' must be the oneCCL version the module brings, e.g."
+                                  " 2021.15.0")
         entry.text("source")
         years[name] = year
-    return years
+    return years, oneccl
 
 
 def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[str]) -> Site:
@@ -279,6 +291,7 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
     hint = root.text("submit_hint")
     if "{script}" not in hint:
         raise root.error("submit_hint", "must contain {script} (replaced by the job script's name)")
+    oneapi_modules, oneccl_modules = _read_oneapi_modules(root.table_or_empty("oneapi_modules"), modules)
     headers = _read_headers(root.table_or_empty("headers"), scheduler)
     if scheduler != "none" and scheduler not in headers:
         raise root.error("headers", f"a {scheduler} site needs a [headers.{scheduler}] table")
@@ -292,7 +305,8 @@ def load_site(path: Path, shown_as: str, known: KnownNames, source_names: set[st
         env_manager=manager,
         modules=tuple(modules),
         python_module=python_module,
-        oneapi_modules=_read_oneapi_modules(root.table_or_empty("oneapi_modules"), modules),
+        oneapi_modules=oneapi_modules,
+        oneccl_modules=oneccl_modules,
         submit_hint=hint,
         headers=headers,
         env=_read_env(root.table_or_empty("env"), known),

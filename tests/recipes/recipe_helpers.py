@@ -148,8 +148,10 @@ _MINORS = list(_LOADED.matrix.versions)
 OTHER = _MINORS[_MINORS.index(MINOR) - 1] if _MINORS.index(MINOR) > 0 else _MINORS[-1]
 PLAIN_SITE = plain_site(_LOADED)
 MODULE_SITE = next(name for name, site in _LOADED.sites.items() if site.modules)
-# A version that loads every module of MODULE_SITE (the oneAPI rule leaves none out).
+# A version whose oneAPI the modules of MODULE_SITE share (the oneAPI rule leaves none out; the oneCCL rule leaves
+# Dawn's out of every version, but the rendered preview of a site's module list names them all).
 MODULE_MINOR = next(
-    minor for minor, v in _LOADED.matrix.versions.items() if not _LOADED.sites[MODULE_SITE].modules_for(v)[1]
+    minor for minor, v in _LOADED.matrix.versions.items()
+    if all(v.admits_oneapi(year) for year in _LOADED.sites[MODULE_SITE].oneapi_modules.values())
 )
 PBS_SITE = next(name for name, site in _LOADED.sites.items() if site.scheduler == "pbs")

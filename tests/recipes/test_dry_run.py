@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomllib
@@ -152,11 +154,18 @@ def _job_modules(rendered: Rendered, minor: str) -> tuple[str, str]:
     return " ".join(data["modules"]), "; ".join(data["modules_left_out"])
 
 
+def _site_modules(site: Any, version: Any) -> tuple[str, str]:
+    kept, left_out = site.modules_for(version)
+    return " ".join(kept), "; ".join(left_out)
+
+
 def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, recipes: Recipes) -> None:
-    """Dawn's default environment brings oneAPI 2025: kept for 2.12 (2025 wheels), left out for 2.13 (2026
-    wheels, whose notes say not to mix) and for a version whose oneAPI is unverified."""
+    """Dawn's default environment brings oneAPI 2025: for a module that brought no oneCCL it would be kept for 2.12
+    (2025 wheels), left out for 2.13 (2026 wheels, whose notes say not to mix) and for a version whose oneAPI is
+    unverified. (It does bring oneCCL: the oneCCL rule leaves it out of every version, see below.)"""
     assert recipes.sites["dawn"].oneapi_modules == {"rhel9/default-dawn": "2025"}
-    kept = _job_modules(rendered, "2.12")
+    oneapi_only = dataclasses.replace(recipes.sites["dawn"], oneccl_modules={})
+    kept = _site_modules(oneapi_only, recipes.matrix.versions["2.12"])
     assert kept == ("rhel9/default-dawn", "")
     left_out = _job_modules(rendered, "2.13")
     assert left_out == (
@@ -167,13 +176,28 @@ def test_oneapi_rule_leaves_out_site_oneapi_of_another_year(rendered: Rendered, 
     for version in unverified:
         assert _job_modules(rendered, version.minor)[1].endswith("bundle oneAPI an unverified generation)")
     for version in recipes.matrix.versions.values():
-        kept_here = "rhel9/default-dawn" in _job_modules(rendered, version.minor)[0]
+        kept_here = "rhel9/default-dawn" in _site_modules(oneapi_only, version)[0]
         assert kept_here == (version.oneapi_generation == "2025")
     listed = json.loads(run_render("list", "--json").stdout)["versions"]
     assert {minor: entry["oneapi"] for minor, entry in listed.items()} == {
         minor: version.oneapi_generation or None for minor, version in recipes.matrix.versions.items()
     }
     assert listed["2.13"]["oneapi"] == "2026"
+
+
+def test_oneccl_rule_never_loads_dawns_base_module_with_wheels_that_carry_their_own_oneccl(
+    rendered: Rendered, recipes: Recipes
+) -> None:
+    """Fails on main (it loaded rhel9/default-dawn, with its oneCCL 2021.15.0, for 2.5-2.12): every XPU version's
+    wheels carry their own oneCCL (the bindings' wheel 2.5-2.7, the oneccl wheel 2.8+)."""
+    assert recipes.sites["dawn"].oneccl_modules == {"rhel9/default-dawn": "2021.15.0"}
+    for version in recipes.matrix.versions.values():
+        assert version.bundles_oneccl
+        modules, left_out = _job_modules(rendered, version.minor)
+        assert modules == "" and left_out.startswith("rhel9/default-dawn (brings "), (version.minor, left_out)
+    assert _job_modules(rendered, "2.12")[1] == (
+        "rhel9/default-dawn (brings oneCCL 2021.15.0; the XPU wheels of PyTorch 2.12 bundle their own)"
+    )
 
 
 def test_oneapi_module_must_be_a_site_module(temp_recipes: Path) -> None:

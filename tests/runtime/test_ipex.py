@@ -68,7 +68,7 @@ def test_callback_passes_dtype_and_options(stand_in_ipex, simulated_xpu) -> None
 def test_without_ipex_the_callback_says_how_to_fix_it(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "intel_extension_for_pytorch", None)  # import fails
     callback = ipex_callback_class(LIGHTNING)()
-    with pytest.raises(ModuleNotFoundError, match=r"only for PyTorch <= 2\.8.*remove IPEXOptimize"):
+    with pytest.raises(ModuleNotFoundError, match=r"only for PyTorch 2\.5-2\.10 XPU.*remove IPEXOptimize"):
         callback.setup(SimpleNamespace(), None, "fit")
 
 

@@ -267,7 +267,7 @@ def test_ddp_process_group_and_a_users_mesh_on_every_profile(simulated_xpu, reco
 
 
 def test_trainer_precision_rng_memory_profiler_and_mfu_on_each_profile(simulated_xpu, xpu_profile: str) -> None:
-    sim = profile_stack(simulated_xpu, xpu_profile, eu_count=None)
+    sim = profile_stack(simulated_xpu, xpu_profile, eu_count=None, pyzes=False)  # the stricter case
     trainer = LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy="ddp",
                                                    precision="bf16-mixed", logger=False)
     assert trainer.precision_plugin.device == "xpu"
@@ -328,3 +328,14 @@ def test_a_mesh_over_a_bound_xccl_group_splits_where_the_table_says(simulated_xp
             check_init_device_mesh(XPU0, "xccl", (1, 2))
     else:
         check_init_device_mesh(XPU0, "xccl", (1, 2))
+
+
+def test_the_newest_profile_counts_through_sysman_by_default(simulated_xpu) -> None:
+    """Fails on main: from 2.14 the XPU wheels install pyzes (row wheel_requires_pyzes, pytorch/pytorch#185969), so
+    a stack of the newest release counts devices through Level Zero Sysman without poisoning fork; a profile without
+    pyzes must say so."""
+    assert Profile(NEWEST_PROFILE).pyzes is True and Profile("2.12").pyzes is False
+    assert Profile.from_env(Profile(NEWEST_PROFILE, pyzes=False).as_env()).pyzes is False
+    sim = simulated_xpu(torch=NEWEST_PROFILE)
+    LIGHTNING.pytorch_module("").Trainer(accelerator="xpu", devices=2, strategy="ddp", logger=False)
+    assert not sim.fork_poisoned and fork_refusal() is None

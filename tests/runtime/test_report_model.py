@@ -116,3 +116,16 @@ def test_versions_and_environment_never_ask_for_xpu_devices(monkeypatch: pytest.
     found = versions()
     assert found["python"] == ".".join(map(str, sys.version_info[:3])) and found["torch_build"] == "cpu"
     assert relevant_environment()["ZE_AFFINITY_MASK"] == "0.1"
+
+
+def test_a_213_report_names_triton_from_the_triton_xpu_distribution(tmp_path: Path, monkeypatch) -> None:
+    """Fails on main: the report knew only `pytorch-triton-xpu`, the name before PyTorch 2.10/2.11; the 2.13 XPU
+    wheel depends on `triton-xpu` (3.7.2, intel/intel-xpu-backend-for-triton#7363)."""
+    info = tmp_path / "triton_xpu-3.7.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton-xpu\nVersion: 3.7.2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = Report("validation", {**versions(), "torch": "2.13.0+xpu"}, checks=[Check("import", PASS, "ok")])
+    report.write(tmp_path / "r.json", tmp_path / "r.md")
+    assert json.loads((tmp_path / "r.json").read_text())["versions"]["triton_xpu"] == "3.7.2"
+    assert "| triton_xpu | 3.7.2 |" in (tmp_path / "r.md").read_text()
