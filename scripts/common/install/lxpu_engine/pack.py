@@ -287,8 +287,9 @@ class Packer:
             self.fail_full(str(full))
 
     def fail_full(self, reason: str) -> NoReturn:
-        for partial in (self.dir / ".overlay", self.dir / ".env.tmp", *self.dir.glob("env.tar.*")):
-            shutil.rmtree(partial, ignore_errors=True) if partial.is_dir() else partial.unlink(missing_ok=True)
+        shutil.rmtree(self.dir / ".overlay", ignore_errors=True)
+        for partial in (self.dir / ".env.tmp", *self.dir.glob("env.tar.*")):
+            partial.unlink(missing_ok=True)
         self.format = ""
         try:
             self.record("failed", reason)

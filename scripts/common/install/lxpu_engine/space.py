@@ -86,12 +86,16 @@ def disk_full_reason(path: str, error: BaseException | str = "", fix: str = "") 
 
 
 def explain_failure(state: State, reason: str) -> str:
-    """A failure's reason, naming disk space when the failure was a full disk: already said (unchanged), reported
-    by the failing program (the prefix's file system named), or the prefix's file system is (nearly) full now."""
+    """A failure's reason, naming disk space when the failure was a full disk: already said (unchanged), or the
+    failing program said ENOSPC/EDQUOT, or a file system the install writes to is (nearly) full now: the prefix's,
+    the uv cache's, the temporary directory's (the first full one is named; the prefix's by default)."""
     if not state.prefix or "disk full" in reason or "disk quota exceeded" in reason:
         return reason
-    if is_disk_full(reason) or nearly_full(state.prefix):
-        return f"{reason}; {disk_full_reason(state.prefix, reason)}"
+    cache = getattr(state.installer, "uv_cache", "") if state.installer is not None else ""
+    places = [state.prefix, *([cache] if cache else []), os.environ.get("TMPDIR") or "/tmp"]
+    full = next((place for place in places if nearly_full(place)), "")
+    if full or is_disk_full(reason):
+        return f"{reason}; {disk_full_reason(full or state.prefix, reason)}"
     return reason
 
 
