@@ -8,7 +8,7 @@ the check to the first build step (a no-op on a full disk still succeeds).
 
 A disk that fills up anyway (another user, a quota) fails the step it hits, with one reason that names disk space
 and the file system: `disk_full_reason` (an OSError or a child's output that says ENOSPC or EDQUOT) and
-`explain_failure` (any failure while the prefix's file system is full). The engine's children that run on the
+`explain_failure` (any failure while a file system the install writes to is full). The engine's children that run on the
 environment's interpreter (pack, conda_layer) use the same words; this module needs nothing but the standard
 library and lxpu_engine.state.
 """
