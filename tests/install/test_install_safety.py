@@ -206,6 +206,33 @@ def test_kill_between_publishing_operations(op: str, pre: Prebuilt, prefix: Path
     assert result.returncode == 0 and target(prefix) == rollback, result.output
 
 
+def test_kill_after_the_rename_then_a_damaged_manifest_keeps_the_build_for_rollback(
+    pre: Prebuilt, prefix: Path, tmp_path: Path
+) -> None:
+    """Killed right after the publishing rename, an install leaves its (stale) install lease on the build it
+    published; once that build's manifest is damaged, it looked like a killed run's incomplete build, and the run
+    that replaced it deleted it, although the new build records it as its rollback build (issue 27, Why 8)."""
+    kill_before("previous", pre, prefix, tmp_path)
+    c = target(prefix)
+    assert list((prefix / ".leases").glob(f"{c}@*.install-*")), "the killed install left no lease"
+    manifest = prefix / ".envs" / c / "manifest.json"
+    manifest.write_text(manifest.read_text()[:200])
+    result = run(pre, prefix)  # the published build's manifest is damaged: rebuild
+    assert result.returncode == 0, result.output
+    d = target(prefix)
+    assert d != c and recorded_previous(prefix, d) == c
+    assert (prefix / ".envs" / c / "bin" / "python").exists(), f"the build {c} it replaced was deleted"
+    # One more build: C is neither published nor the rollback build now, and still no leftover of a killed run.
+    result = run(pre, prefix, "--force")
+    assert result.returncode == 0 and recorded_previous(prefix, target(prefix)) == d, result.output
+    assert f"keeping the build {prefix}/.envs/{c}: its install reached publishing" in result.output
+    assert (prefix / ".envs" / c / "bin" / "python").exists(), f"the build {c} was deleted"
+    for back_to in (d, c):  # --rollback follows the records, to C too (published once, damaged since)
+        result = run(pre, prefix, "--rollback")
+        assert result.returncode == 0 and target(prefix) == back_to, result.output
+    assert f"the rollback build {c} has a missing or truncated manifest.json" in result.output
+
+
 def test_disk_full_after_publishing_is_not_a_failure(pre: Prebuilt, prefix: Path) -> None:
     b = target(prefix)
     result = run(pre, prefix, "--force", LXPU_TEST_FAIL_AT="previous")
@@ -315,8 +342,9 @@ def test_free_space_check_counts_files(pre: Prebuilt, prefix: Path) -> None:
     result = run(pre, prefix, "--force", LIGHTNING_XPU_MIN_FREE_INODES=str(10**15))
     assert result.returncode == 1, result.output
     assert "FAILED at step [1/" in result.last_line and "free inodes (files)" in result.last_line
-    # The estimate comes from the published build's recorded size, in bytes and files.
-    result = run(pre, prefix, "--dry-run")
+    # The estimate comes from the published build's recorded size, in bytes and files (a rebuild: a no-op run
+    # needs no space).
+    result = run(pre, prefix, "--dry-run", "--force")
     assert "files needed (the published build has " in result.output
 
 

@@ -10,13 +10,13 @@ import os
 import re
 import time
 
-from lxpu_engine.builds import builds, complete, recorded_previous, size_of
+from lxpu_engine.builds import builds, complete, reached_publishing, recorded_previous, size_of
 from lxpu_engine.cleanup import install_leases, remove_build, unpublished
 from lxpu_engine.entrypoints import tag_entry_points
 from lxpu_engine.leases import live_leases, remove_stale_leases
 from lxpu_engine.links import check_previous, real_directory, set_link
 from lxpu_engine.nofollow import write_file
-from lxpu_engine.state import State, bad_input, fail, run, say
+from lxpu_engine.state import State, bad_input, fail, run, say, warn
 
 
 def validate_action(state: State) -> None:
@@ -135,7 +135,11 @@ def rollback(state: State) -> str:
     if not target:
         raise fail(state, f"{source} records no rollback build (it was the first build of {state.tag} here): nothing to roll back to")  # noqa: E501
     if not complete(state, target):
-        raise fail(state, f"the rollback build {target} recorded in {source} is gone or incomplete: nothing to roll back to")  # noqa: E501
+        if not reached_publishing(state, target):
+            raise fail(state, f"the rollback build {target} recorded in {source} is gone or incomplete: nothing to roll back to")  # noqa: E501
+        # It was published (a kill right after its publishing rename) and damaged since: kept, as a published
+        # build with a damaged manifest is (lxpu_engine/links.py), until an install rebuilds.
+        warn(f"the rollback build {target} has a missing or truncated manifest.json: rolling back to it all the same (it was published before); the next install rebuilds")  # noqa: E501
     set_link(state, f"{state.prefix}/{state.tag}", f".envs/{target}")
     state.set("current", target)
     check_previous(state, quiet=True)

@@ -10,9 +10,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 
 from lxpu_engine.commands import engine_command, engine_on
 from lxpu_engine.setup_lib import environment_exports
+from lxpu_engine.space import check_space
 from lxpu_engine.state import State, fail, quote, run, say, warn
 
 # The repository's files lightning_xpu's wheel is built from (inputs.py hashes them too).
@@ -35,6 +37,7 @@ def write_new(state: State, path: str, text: str) -> None:
 
 def create_env(state: State) -> None:
     env = state["env"]
+    check_space(state)  # where step 1 expected a no-op and left it to the first build step
     say(f"build: {env}")
     if not state.dry:
         os.makedirs(state.envs, exist_ok=True)
@@ -55,8 +58,8 @@ def create_env(state: State) -> None:
         args += [f"--pip-option={option}" for option in state.pip_options]
         if state.installer.uv_cache:
             args.append(f"--tool-cache={state.installer.uv_cache}")
-        engine_on(state, sys.executable, "conda_layer", *args,
-                  failure="the conda layer could not be built (the line above says why)")
+        engine_on(state, sys.executable, "conda_layer", *args, failure="the conda layer could not be built",
+                  why=conda_layer_error)  # fmt: skip
     elif state["base_python"]:
         state.installer.create_venv(env, "--system-site-packages")
         if state.base_is_venv:
@@ -75,6 +78,12 @@ def create_env(state: State) -> None:
     if not os.access(state.env_python, os.X_OK):
         raise fail(state, f"{state.env_manager} did not create {state.env_python}")
     os.makedirs(share(state), exist_ok=True)
+
+
+def conda_layer_error(output: str) -> str:
+    """The conda layer's own reason: its last `error: ` line (one line that names the fix)."""
+    errors = [line.removeprefix("error: ") for line in output.splitlines() if line.startswith("error: ")]
+    return errors[-1] if errors else "see the lines above"
 
 
 def install_packages(state: State) -> None:
@@ -266,37 +275,43 @@ def stop_pack(state: State) -> None:
 class Packer:
     """The packed image for node-local staging (lxpu_engine/pack.py), written and checked while the smoke job runs
     (about a third of a warm install's time on 2 cores): the smoke job writes nothing into the environment but
-    smoke.json, which the image leaves out, and bytecode (PYTHONDONTWRITEBYTECODE there). Its output goes to a
-    file the pack step prints; a failed or interrupted install stops it, and everything it started (pack.py leads
-    its own process group), before the build is removed."""
+    smoke.json, which the image leaves out, and bytecode (PYTHONDONTWRITEBYTECODE there). Its output is kept in
+    memory (never in a file on the disk it may be filling) and printed by the pack step; a failed or interrupted
+    install stops it, and everything it started (pack.py leads its own process group), before the build is
+    removed. A pack that fails (a full disk above all: pack.py never records a degraded image as ok) fails the
+    install with pack's own reason, so the next run, once there is room, builds the image again."""
 
     def __init__(self) -> None:
         self.child: subprocess.Popen[bytes] | None = None
-        self.output = ""
+        self.reader: threading.Thread | None = None
+        self.output = bytearray()
 
     def start(self, state: State) -> None:
         if state.dry:
             return
-        self.output = state.tmp("pack.log")
         sys.stdout.flush()
-        with open(self.output, "wb") as out:
-            argv, env = engine_command(state.env_python, "pack", "make", state["env"], state.data["site"], state.tag)
-            self.child = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                          pass_fds=state.child_fds())  # fmt: skip
+        argv, env = engine_command(state.env_python, "pack", "make", state["env"], state.data["site"], state.tag)
+        self.child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      pass_fds=state.child_fds())  # fmt: skip
+        stream = self.child.stdout
+        assert stream is not None
+        self.reader = threading.Thread(target=lambda: self.output.extend(stream.read()), daemon=True)
+        self.reader.start()
 
     def finish(self, state: State) -> None:
         if state.dry:
             argv = engine_command(state.env_python, "pack", "make", state["env"], state.data["site"], state.tag)[0]
             say(f"+ {quote(*argv)} (during the smoke job)")
             return
-        assert self.child is not None
+        assert self.child is not None and self.reader is not None
         status = self.child.wait()
+        self.reader.join()
         self.child = None
-        with open(self.output, errors="replace") as handle:
-            sys.stdout.write(handle.read())
-        os.remove(self.output)
+        text = self.output.decode(errors="replace")
+        sys.stdout.write(text)
         if status != 0:
-            raise fail(state, f"writing the packed image failed (exit {status}; see above)")
+            errors = [line.removeprefix("ERROR: ") for line in text.splitlines() if line.startswith("ERROR: ")]
+            raise fail(state, f"writing the packed image failed (exit {status}): {errors[-1] if errors else 'see above'}")  # noqa: E501
 
     def stop(self) -> None:
         if self.child is not None:

@@ -57,6 +57,12 @@ def recorded_previous(state: State, name: str) -> str | None:
         return None
 
 
+def reached_publishing(state: State, name: str) -> bool:
+    """Its install wrote the rollback record (publish.py `record`, after the manifest): the build was complete and
+    may have been published, whatever its manifest says now. Never a leftover of a build in flight."""
+    return recorded_previous(state, name) is not None and os.access(f"{state.envs}/{name}/bin/python", os.X_OK)
+
+
 def follow(path: str) -> str | None:
     """Follow a chain of symlinks by hand, as the modulefile and setup script do (None: a loop)."""
     for _ in range(8):

@@ -8,11 +8,12 @@ said). Complete builds go only through --prune and --uninstall (lxpu_engine/admi
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
 
-from lxpu_engine.builds import builds, complete, follow
+from lxpu_engine.builds import builds, complete, follow, reached_publishing, recorded_previous
 from lxpu_engine.leases import drop_install_lease, install_leases, lease_live, live_leases
 from lxpu_engine.state import State, remove_quietly, run, say
 
@@ -77,8 +78,9 @@ def remove_leftovers(state: State) -> int:
     if temporary:
         state.note(f"removed {temporary} temporary file(s) of a killed run", quietly=True)
     kept = 0
+    rollback = recorded_previous(state, state["current"]) if state["current"] else None
     for name in builds(state):
-        if name in (state["current"], previous, state.env_name):
+        if name in (state["current"], previous, rollback, state.env_name):
             continue
         if complete(state, name):
             kept += 1
@@ -96,6 +98,11 @@ def remove_leftovers(state: State) -> int:
             continue
         if not install_leases(state, name):
             say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)")  # noqa: E501
+            continue
+        if reached_publishing(state, name):
+            # Its install got past the manifest (a kill after the publishing rename leaves its install lease): it
+            # was complete, and jobs or a rollback record may use it; its manifest was damaged since.
+            say(f"keeping the build {envs}/{name}: its install reached publishing, but its manifest.json is damaged now (remove it by hand if nothing uses it)")  # noqa: E501
             continue
         say(f"removing leftover {envs}/{name} (an incomplete build of a killed run; no lease holds it)")
         remove_build(state, name)
@@ -115,17 +122,33 @@ def _skeleton(path: str) -> bool:
 
 def cleanup_failed_build(state: State) -> None:
     """A failed or interrupted build removes its own staging environment, temporary files and lease (a kill -9
-    cannot: the next run does)."""
+    cannot: the next run does). It must work on a full disk (the likeliest reason it runs): it writes nothing but
+    the smoke job's result, moved out of the build (no new space) next to the log, and a failure there is one line."""
     remove_quietly(*glob.glob(glob.escape(state.tmp("")) + "*"))
     env, link = state["env"], f"{state.prefix}/{state.tag}"
     published = os.path.islink(link) and os.readlink(link) == f".envs/{state.env_name}"
     if env and state["published"] != "1" and os.path.isdir(env) and not published:
-        smoke = f"{env}/share/lightning-xpu/smoke.json"
-        if os.path.isfile(smoke) and state["log"]:
-            shutil.copy(smoke, state["log"].removesuffix(".log") + ".smoke.json")
+        keep_smoke_result(state, f"{env}/share/lightning-xpu/smoke.json")
         say(f"removing the unpublished build {env}")
         remove_quietly(env)
     drop_install_lease(state)
+
+
+def keep_smoke_result(state: State, smoke: str) -> None:
+    """The smoke job's result goes next to the log (logs/<log name>.smoke.json): moved, where the log is on the
+    build's file system (as it is in a prefix), else copied."""
+    if not os.path.isfile(smoke) or not state["log"]:
+        return
+    kept = state["log"].removesuffix(".log") + ".smoke.json"
+    try:
+        try:
+            os.replace(smoke, kept)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.copy(smoke, kept)
+    except OSError as exc:
+        say(f"the smoke job's result {smoke} is not kept next to the log: {exc}")
 
 
 def finish(state: State, status: int) -> None:
@@ -138,7 +161,10 @@ def finish(state: State, status: int) -> None:
         return
     logs = f"{state.prefix}/logs"
     if status == 0 and state["noop"] == "1" and not state.notes:
-        os.replace(log, f"{logs}/install-{state.tag}-noop.log")
+        try:
+            os.replace(log, f"{logs}/install-{state.tag}-noop.log")
+        except OSError as exc:  # a rename needs no space, but a full directory block may: the log stays as it is
+            say(f"the log {log} keeps its name: {exc}")
         return
     keep = os.environ.get("LIGHTNING_XPU_KEEP_LOGS") or "30"
     keep_n = int(keep) if keep.isascii() and keep.isdigit() else 30

@@ -21,16 +21,47 @@ def engine_command(python: str, module: str, *args: str) -> tuple[list[str], dic
     return [python, "-B", "-m", f"lxpu_engine.{module}", *args], {**os.environ, "PYTHONPATH": ENGINE_DIR}
 
 
-def engine_on(state: State, python: str, module: str, *args: str, failure: str) -> None:
+def engine_on(
+    state: State, python: str, module: str, *args: str, failure: str, why: Callable[[str], str] | None = None
+) -> None:
     """engine_command printed, then (unless a dry run) run to its end with the install's lease; a failure stops the
-    run with FAILURE as its reason."""
+    run with FAILURE as its reason, followed by why(the module's output) where WHY is given and finds a reason."""
     argv, env = engine_command(python, module, *args)
     say(f"+ {quote(*argv)}")
     if state.dry:
         return
+    if why is None:
+        sys.stdout.flush()
+        status, said = subprocess.run(argv, env=env, check=False, pass_fds=state.child_fds()).returncode, ""
+    else:
+        status, output = _streamed(state, argv, env)
+        said = why(output) if status != 0 else ""
+    if status != 0:
+        raise fail(state, f"{failure}: {said}" if said else failure)
+
+
+def _streamed(state: State, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ARGV with its output shown as it comes and kept: (exit status, the output). A signal that stops the
+    install stops the command too."""
     sys.stdout.flush()
-    if subprocess.run(argv, env=env, check=False, pass_fds=state.child_fds()).returncode != 0:
-        raise fail(state, failure)
+    kept = bytearray()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             pass_fds=state.child_fds())  # fmt: skip
+    stream = child.stdout
+    assert stream is not None
+    try:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            kept += chunk
+        child.wait()
+    except BaseException:  # a signal stopped the install: so does the command
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        stream.close()
+    return child.returncode, kept.decode(errors="replace")
 
 
 def output_of(state: State, argv: list[str]) -> tuple[int, str]:
@@ -49,23 +80,7 @@ def run_logged(
     say(f"+ {quote(*argv)}")
     if state.dry:
         return
-    sys.stdout.flush()
-    kept = bytearray()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=state.child_fds())
-    stream = child.stdout
-    assert stream is not None
-    try:
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            kept += chunk
-        child.wait()
-    except BaseException:  # a signal stopped the install: so does the command
-        child.kill()
-        child.wait()
-        raise
-    finally:
-        stream.close()
-    if child.returncode != 0:
-        state.set("fail_reason", reason(kept.decode(errors="replace"), child.returncode))
-        raise Stop(exit_status or child.returncode)
+    status, output = _streamed(state, argv)
+    if status != 0:
+        state.set("fail_reason", reason(output, status))
+        raise Stop(exit_status or status)

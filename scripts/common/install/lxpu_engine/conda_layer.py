@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lxpu_engine import toolcache
+from lxpu_engine.space import disk_full_reason, free_bytes, is_disk_full
 
 WORKER = Path(__file__).with_name("conda_worker.py")
 TOOLS_LOCK = Path(__file__).resolve().parents[4] / "recipes" / "tools" / "conda-tools.txt"
@@ -133,6 +134,8 @@ def fetch_verified(url: str, digest: str, cache: Path) -> Path:
                 shutil.copyfileobj(source, out)
         except OSError as error:
             part.unlink(missing_ok=True)
+            if is_disk_full(error):
+                raise CondaLayerError(f"cannot keep {name}: {disk_full_reason(str(cache), error)}") from None
             raise CondaLayerError(f"cannot download {url} ({error}): check the conda channel or mirror") from None
         actual = _sha256(part)
         if actual != digest:
@@ -213,6 +216,11 @@ def run_worker(python: str, command: str, request: dict, scratch: Path) -> dict:
             f"the py-rattler child {how} during {command} ({tail}): nothing was installed; rerun the install"
         )
     if not result.get("ok"):
+        if is_disk_full(result["error"] + "\n" + result.get("trace", "")):
+            # Where it wrote: the new prefix (install) and rattler's package cache; the fuller one is named.
+            places = [request[key] for key in ("target", "cache") if key in request] or [str(scratch)]
+            where = min(places, key=lambda path: free_bytes(path)[0])
+            raise CondaLayerError(f"py-rattler {command} failed: {disk_full_reason(where, result['error'])}")
         raise CondaLayerError(f"py-rattler {command} failed: {result['error']}: check the conda channels ({command})")
     return result
 
@@ -384,6 +392,12 @@ def main(argv: list[str]) -> int:
             write_lock(args.path, python_version=args.python, channels=channels, pip_options=args.pip_option, log=log)
     except CondaLayerError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the scratch directory, the record: one line when it is a full disk
+        if not is_disk_full(error):
+            raise
+        where = error.filename or str(args.path)
+        print(f"error: the conda layer could not be written: {disk_full_reason(where, error)}", file=sys.stderr)
         return 1
     return 0
 

@@ -26,6 +26,7 @@ from lxpu_engine.cleanup import cleanup_failed_build, finish
 from lxpu_engine.installer import Installer
 from lxpu_engine.nofollow import create_exclusive
 from lxpu_engine.publish import after_publish_failure
+from lxpu_engine.space import disk_full_reason, explain_failure, is_disk_full
 from lxpu_engine.state import State, Stop, end_step, say, seconds_since, start_step
 from lxpu_engine.steps import ADMIN_STEPS, EXTRA_TITLES, INSTALL_STEPS
 
@@ -66,13 +67,14 @@ class Log:
         os.dup2(self.tee.stdin.fileno(), 2)
         self.tee.stdin.close()
 
-    def close(self) -> None:
-        """Close the pipe to tee and wait for it, so the log's last line is on disk."""
+    def close(self) -> bool:
+        """Close the pipe to tee and wait for it, so the log's last line is on disk. False: tee could not write
+        the log (a full disk: tee stops writing a file at its first error)."""
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
-        self.tee.wait()
+        return self.tee.wait() == 0
 
 
 def _ignore_signals() -> None:
@@ -156,7 +158,7 @@ def end(state: State, status: int, t0: float, log: Log | None) -> int:
     for signum in _SIGNALS:  # the clean-up finishes whatever arrives now
         signal.signal(signum, signal.SIG_IGN)
     total = seconds_since(t0)
-    name = state.tag or state["version"]
+    name, last = state.tag or state["version"], ""
     if status == 0:
         end_step(state)
         say(f"lightning-xpu {name}: {final_result(state)} (total {total} s)")
@@ -167,14 +169,30 @@ def end(state: State, status: int, t0: float, log: Log | None) -> int:
         _cleanup_failed_build(state)
     elif status != 2 or state.step_name:
         where = (f"at step [{state.step_n}/{state.step_total}] {state.step_name}" if state.step_name else "before the first step")  # noqa: E501
+        # Named before the clean-up frees the space: a full disk is the reason whatever the step said.
+        reason = explain_failure(state, state["fail_reason"] or f"exit status {status}")
         _cleanup_failed_build(state)
         if state["log"]:
             say(f"log: {state['log']}")
-        say(f"lightning-xpu {name}: FAILED {where} after {total} s: {state['fail_reason'] or f'exit status {status}'}")
-    if log is not None:
-        log.close()
+        last = f"lightning-xpu {name}: FAILED {where} after {total} s: {reason}"
+        say(last)
+    if log is not None and not log.close() and last:
+        _append_to_log(state["log"], last)
     finish(state, status)
     return status
+
+
+def _append_to_log(path: str, last: str) -> None:
+    """The last line into a log tee could not finish (a full disk): written once the failed build is removed."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 4096))
+            if handle.read().decode(errors="replace").rstrip("\n").endswith(last):
+                return
+        with open(path, "a") as handle:
+            handle.write(f"(this log is incomplete: writing it failed, see the job's output)\n{last}\n")
+    except OSError as exc:
+        say(f"the log {path} could not be completed: {exc}")
 
 
 def main(data: dict[str, Any], source: str, argv: list[str]) -> int:
@@ -201,8 +219,8 @@ def main(data: dict[str, Any], source: str, argv: list[str]) -> int:
         state.set("fail_reason", f"interrupted by {interrupted.name}")
         status = interrupted.status
     except OSError as exc:  # a full disk, a permission: one line, as the shell's commands said it
-        state.set("fail_reason", str(exc))
-        say(f"ERROR: {exc}")
+        state.set("fail_reason", disk_full_reason(exc.filename or state.prefix, exc) if is_disk_full(exc) else str(exc))
+        say(f"ERROR: {state['fail_reason']}")
         status = 1
     except Exception as exc:  # a bug: its traceback goes to the log, the last line still says where
         traceback.print_exc()

@@ -9,14 +9,16 @@ import glob
 import grp
 import hashlib
 import os
+import pwd
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
 from lxpu_engine.build import PACKAGE_SOURCES
 from lxpu_engine.lmod import load_modules
-from lxpu_engine.space import check_space
+from lxpu_engine.space import check_space_unless_noop
 from lxpu_engine.state import State, bad_input, bad_input_unless_dry, command_output, quote, say, warn
 from lxpu_engine.tagfiles import SETUP_HELPER
 
@@ -100,6 +102,8 @@ def validate(state: State) -> None:
         if os.getuid() != 0 and gid not in os.getgroups() and gid != os.getgid():
             raise bad_input(state, f"--shared-group {group}: you are not a member of that group (see id -Gn)")
     validate_environment(state)
+    if group:
+        check_group_reaches_python(state, group)
 
 
 def _executable(name: str) -> str:
@@ -162,6 +166,114 @@ def validate_environment(state: State) -> None:
     bad_input_unless_dry(state, message)
     state.warnings.append(message)
     state.python = f"python{state.python_version}"
+
+
+# Run on the interpreter the environment is built from: what the group's members need to reach through it.
+_PYTHON_PATHS = r"""
+import os, site, sys, sysconfig
+print(os.path.realpath(sys.executable))
+print(sysconfig.get_path("stdlib"))
+for path in site.getsitepackages():
+    print(path)
+"""
+
+
+def _blocks_group(path: str, gid: int, need: int) -> bool:
+    """Whether PATH's mode keeps a member of group GID (not its owner) from NEED (a mask of the r, w, x bits) on
+    it: the group bits where GID owns it, else the other bits. An ACL may grant more: never said to block."""
+    try:
+        info = os.stat(path)
+        if any(name.startswith("system.posix_acl") for name in os.listxattr(path)):
+            return False
+    except OSError:
+        return False
+    bits = (info.st_mode >> 3) & 0o7 if info.st_gid == gid else info.st_mode & 0o7
+    return bits & need != need
+
+
+def group_blocker(path: str, gid: int, leaf: int) -> str:
+    """The first directory on the way to PATH (or PATH itself, which needs LEAF) the group cannot enter; ""."""
+    parts = path.strip("/").split("/")
+    for depth in range(len(parts) + 1):
+        here = "/" + "/".join(parts[:depth])
+        if _blocks_group(here, gid, leaf if depth == len(parts) else 0o1):
+            return here
+    return ""
+
+
+def check_group_reaches_python(state: State, group: str) -> None:
+    """--shared-group: the group's members run the environment's python, a link to the interpreter it was built
+    from, and read that interpreter's standard library and (--base-python) its packages. A private home on the way
+    (mode 0700) gives them "Permission denied" only when they load the module: a warning at step 1 names the fix.
+    A warning, not a refusal: what the mode bits do not show (membership in a directory's own group) may let
+    them in."""
+    if state.env_manager != "venv" or not os.path.isfile(state.python):
+        return  # conda: the interpreter is the build's own; a Python not found is said elsewhere
+    status, out = command_output(state.python, "-I", "-c", _PYTHON_PATHS)
+    if status != 0:
+        return
+    lines = out.splitlines()
+    wanted = [(lines[0], 0o1)] + [(path, 0o5) for path in lines[1:] if os.path.isdir(path)]
+    gid = grp.getgrnam(group).gr_gid
+    for path, leaf in wanted:
+        blocker = group_blocker(path, gid, leaf)
+        if blocker:
+            info = os.stat(blocker)
+            state.warnings.append(f"--shared-group {group}: its members cannot reach {path} (of the Python the environment is built from, {state.python}): {blocker} is mode {stat.S_IMODE(info.st_mode):04o}, owned by {_owner(info.st_uid)}:{_group_name(info.st_gid)}; let the group in (chmod o+x {blocker}, or chgrp {group} {blocker} and chmod g+x) or build over a Python outside private directories (--base-python)")  # noqa: E501
+            return
+
+
+# Run on the interpreter a venv is built from: whether it has ensurepip (`python -m venv` runs it; Debian and Ubuntu
+# ship it apart, in python3.X-venv), and the pip wheel a new venv is seeded with, where that ensurepip takes it
+# from: the distribution's wheel directory (sysconfig WHEEL_PKG_DIR: Debian's /usr/share/python-wheels, from
+# python3-pip-whl; Fedora's too), else its own ensurepip/_bundled.
+_PIP_SEED = r"""
+import glob, importlib.util, os, sysconfig
+spec = importlib.util.find_spec("ensurepip")
+wheel_dir = sysconfig.get_config_var("WHEEL_PKG_DIR") or ""
+found = sorted(glob.glob(os.path.join(wheel_dir, "pip-*.whl"))) if wheel_dir else []
+if not found and spec and spec.origin:
+    found = sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "_bundled", "pip-*.whl")))
+print("ensurepip" if spec else "")
+print(found[-1] if found else "")
+print(wheel_dir)
+"""
+
+
+def pip_seed(python: str) -> tuple[bool, str, str]:
+    """(PYTHON has ensurepip, the pip wheel a venv of it is seeded with or "", its WHEEL_PKG_DIR or "")."""
+    status, out = command_output(python, "-I", "-c", _PIP_SEED)
+    lines = [*out.splitlines(), "", "", ""][:3] if status == 0 else ["", "", ""]
+    return lines[0] == "ensurepip", lines[1], lines[2]
+
+
+def check_pip_seed(state: State) -> None:
+    """A venv needs pip from the Python it is built from (the smoke job and every user layer run it): a Debian or
+    Ubuntu system Python without python3.X-venv has no ensurepip, and its pip wheel, where there is one, lies in
+    /usr/share/python-wheels, not in ensurepip/_bundled. Stopped here, not at the smoke job a minute later."""
+    if state.env_manager != "venv" or not os.path.isfile(state.python):
+        return
+    has_ensurepip, wheel, wheel_dir = pip_seed(state.python)
+    if wheel and (has_ensurepip or state.installer.kind != "pip"):
+        return
+    where = f"ensurepip/_bundled{f' or {wheel_dir}' if wheel_dir else ''}"
+    what = "has no ensurepip module" if not has_ensurepip else f"has no pip wheel (none in {where})"
+    version = state.python_version
+    bad_input_unless_dry(state, f"{state.python} {what}, so a venv built from it gets no pip: install python{version}-venv (Debian/Ubuntu: apt-get install python{version}-venv, which brings ensurepip and the pip wheel in /usr/share/python-wheels), or build over another Python {version} (--base-python, or a python{version} module)")  # noqa: E501
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def validate_repository(state: State) -> None:
@@ -318,6 +430,7 @@ def check_step(state: State) -> None:
         say("module:      none to load")
     if left_out:
         say(f"module:      left out for PyTorch {data['version']}: {left_out}")
+    check_pip_seed(state)
     if state["variant"] == "xpu" and not have_intel_gpu():
         state.warnings.append("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")  # noqa: E501
     for line in state.warnings:
@@ -327,4 +440,4 @@ def check_step(state: State) -> None:
     say(f"host:        {os.environ.get('HOSTNAME') or os.uname().nodename}{job}")
     if state.unset_vars:
         say(f"unset for the install: {' '.join(state.unset_vars)}")
-    check_space(state)
+    check_space_unless_noop(state)

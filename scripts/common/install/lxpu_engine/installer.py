@@ -19,6 +19,7 @@ import subprocess
 
 from lxpu_engine import toolcache
 from lxpu_engine.commands import output_of, run_logged
+from lxpu_engine.inputs import pip_seed
 from lxpu_engine.state import State, bad_input, command_output, fail, quote, run, say, warn
 
 # The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
@@ -217,8 +218,8 @@ class Installer:
         # node-local disk relies on. uv seeds no pip: the Python's own bundled pip wheel (ensurepip's, so pinned by
         # the Python and needing no download) is installed, as `python -m venv` would.
         self._uv("venv", "--quiet", "--relocatable", "--python", state.python, *extra, env, checked=False)
-        status, bundled = command_output(state.python, "-c", 'import ensurepip, pathlib\nprint(next((pathlib.Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"), ""))')  # noqa: E501
-        if status == 0 and bundled:
+        bundled = pip_seed(state.python)[1]  # ensurepip's wheel, where that ensurepip takes it from
+        if bundled:
             self._uv("pip", "install", "--quiet", "--python", f"{env}/bin/python", "--no-index", "--no-deps", bundled,
                      checked=False)  # fmt: skip
         else:

@@ -20,6 +20,9 @@ What the image holds:
   conda: conda-pack's archive where conda-pack exists (lightning-xpu-stage runs its conda-unpack).
   Anything else, or a check that fails: no image, one line why (the install itself still succeeds; jobs run
   from the shared install, and lightning-xpu-stage says why).
+  A full disk (the image's directory, or where the check unpacks) is no reason to pack less: the image fails
+  (pack.env status=failed, exit 1, one `ERROR: no packed image: disk full ...` line naming the file system and
+  the fix) and so does the install, whose next run, once there is room, builds the image again.
 LIGHTNING_XPU_PACK=0 skips the image; LIGHTNING_XPU_PACK_FORMAT (tar.zst or tar.gz) picks the compressor;
 LIGHTNING_XPU_PACK_CHECK_DIR where the check unpacks.
 """
@@ -38,9 +41,12 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
+
+from lxpu_engine.space import disk_full_reason, is_disk_full
 
 PACK_DIR = Path("share", "lightning-xpu", "pack")
 # The script launcher uv writes for relocatable venvs: a shell line that runs the python next to the script.
@@ -245,6 +251,17 @@ def origin_runpath(files: list[Path], new: str) -> bool:
 
 # ---- the image ------------------------------------------------------------------------------------------------
 
+FULL_IMAGE_DIR = "free space there and rerun the install (LIGHTNING_XPU_PACK=0 installs without an image)"
+FULL_CHECK_DIR = "free space there, or set LIGHTNING_XPU_PACK_CHECK_DIR to a directory with room, and rerun the install"
+
+
+class DiskFull(Exception):
+    """A full disk while the image is made or checked: the image fails, never falls back to a lesser one."""
+
+    def __init__(self, where: str, error: BaseException | str, fix: str) -> None:
+        super().__init__(disk_full_reason(where, error, fix))
+
+
 class Packer:
     """Writes and checks the image of one environment; its last error says why a try did not give one."""
 
@@ -259,6 +276,28 @@ class Packer:
         self.unpacked_bytes = 0
 
     def make(self) -> None:
+        """The image, or a line why there is none; a full disk fails it (exit 1) with nothing left behind."""
+        try:
+            self.make_image()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.fail_full(disk_full_reason(exc.filename or str(self.dir), exc, FULL_IMAGE_DIR))
+        except DiskFull as full:
+            self.fail_full(str(full))
+
+    def fail_full(self, reason: str) -> NoReturn:
+        shutil.rmtree(self.dir / ".overlay", ignore_errors=True)
+        for partial in (self.dir / ".env.tmp", *self.dir.glob("env.tar.*")):
+            partial.unlink(missing_ok=True)
+        self.format = ""
+        try:
+            self.record("failed", reason)
+        except OSError:
+            pass  # the install fails and removes the environment: the record is for a reader of a kept build only
+        fail(f"no packed image: {reason}")
+
+    def make_image(self) -> None:
         why = refusal(self.env)
         if os.environ.get("LIGHTNING_XPU_PACK", "1") == "0":
             say(why)
@@ -289,7 +328,11 @@ class Packer:
         command = ["conda-pack", "--prefix", str(self.env), "--output", str(self.dir / "env.tar.gz"),
                    "--format", "tar.gz", "--exclude", f"{PACK_DIR}/*", "--force"]
         say(f"+ {shlex.join(command)}")
-        if subprocess.run(command, check=False).returncode != 0:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        sys.stdout.write(done.stdout)
+        if done.returncode != 0:
+            if is_disk_full(done.stdout):
+                raise DiskFull(str(self.dir), done.stdout, FULL_IMAGE_DIR)
             self.give_up("conda-pack failed (see above)")
             return
         self.format, self.unpacked_bytes = "tar.gz", tree_bytes(self.env)
@@ -319,12 +362,14 @@ class Packer:
                      else "the environment; the base interpreter stays shared")
             image = shlex.quote(str(self.dir / f"env.{self.format}"))
             say(f"+ tar -c ... | {' '.join(self.compress)} > {image} ({holds})")
-            status = pipe(["tar", "-c", *members], self.compress, tmp)
+            status, errors = pipe(["tar", "-c", *members], self.compress, tmp)
         finally:
             shutil.rmtree(overlay, ignore_errors=True)
         if status != 0:
-            self.last_error = f"tar failed (exit {status})"
             tmp.unlink(missing_ok=True)
+            if is_disk_full(errors):
+                raise DiskFull(str(self.dir), errors, FULL_IMAGE_DIR)
+            self.last_error = f"tar failed (exit {status})"
             return False
         for old in self.dir.glob("env.tar.*"):
             old.unlink()
@@ -370,9 +415,12 @@ class Packer:
 
     def verify(self, with_base: bool) -> bool:
         """Unpack the image to a temporary directory elsewhere and run Python from there (CHECK)."""
+        parent = self.check_parent()
         try:
-            tmp = tempfile.mkdtemp(prefix="lxpu-pack-check.", dir=self.check_parent())
+            tmp = tempfile.mkdtemp(prefix="lxpu-pack-check.", dir=parent)
         except OSError as exc:
+            if is_disk_full(exc):
+                raise DiskFull(parent, exc, FULL_CHECK_DIR) from None
             self.last_error = f"the unpacked copy did not run: {exc}"
             say(self.last_error)
             return False
@@ -384,6 +432,8 @@ class Packer:
         try:
             done = subprocess.run(["tar", "-xf", str(self.dir / f"env.{self.format}"), "-C", tmp],
                                   capture_output=True, text=True, check=False)
+            if done.returncode != 0 and is_disk_full(done.stderr):
+                raise DiskFull(parent, done.stderr, FULL_CHECK_DIR)
             if done.returncode == 0:
                 self.unpacked_bytes = tree_bytes(Path(tmp))
                 done = subprocess.run([f"{tmp}/bin/python", "-", tmp, "1" if with_base else "0"], input=CHECK,
@@ -435,15 +485,25 @@ class Packer:
         self.record("refused", why)
 
 
-def pipe(producer: list[str], consumer: list[str], out: Path) -> int:
-    """PRODUCER | CONSUMER > OUT; the exit status of the last that failed (bash's pipefail), 0 when both ran."""
+def pipe(producer: list[str], consumer: list[str], out: Path) -> tuple[int, str]:
+    """PRODUCER | CONSUMER > OUT: the exit status of the last that failed (bash's pipefail), 0 when both ran, and
+    what both wrote to stderr (shown, and read for a full disk)."""
+    errors: list[bytes] = []
+
+    def collect(stream: IO[bytes] | None) -> threading.Thread:
+        reader = threading.Thread(target=lambda: errors.append(stream.read() if stream else b""))
+        reader.start()
+        return reader
+
     with out.open("wb") as sink:
         try:
-            first = subprocess.Popen(producer, stdout=subprocess.PIPE)
+            first = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError:
-            return 127
+            return 127, ""
+        readers = [collect(first.stderr)]
         try:
-            second = subprocess.Popen(consumer, stdin=first.stdout, stdout=sink)
+            second = subprocess.Popen(consumer, stdin=first.stdout, stdout=sink, stderr=subprocess.PIPE)
+            readers.append(collect(second.stderr))
         except OSError:
             first.kill()
             second = None
@@ -451,7 +511,12 @@ def pipe(producer: list[str], consumer: list[str], out: Path) -> int:
             assert first.stdout is not None
             first.stdout.close()
         statuses = [first.wait(), second.wait() if second else 127]
-    return next((s for s in reversed(statuses) if s != 0), 0)
+    for reader in readers:
+        reader.join()
+    text = b"".join(errors).decode(errors="replace")
+    if text:
+        sys.stdout.write(text)
+    return next((s for s in reversed(statuses) if s != 0), 0), text
 
 
 def sha256(path: Path) -> str:

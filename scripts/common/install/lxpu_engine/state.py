@@ -60,6 +60,8 @@ class State:
     would_stop: list[str] = field(default_factory=list)
     unset_vars: list[str] = field(default_factory=list)
     inputs_hash: str = ""
+    # Whether the free-space check ran (step 1, or the first build step where step 1 expected a no-op).
+    space_checked: bool = False
     commit: str = ""
     build_id: str = ""
     # The installer back end (lxpu_engine/installer.py).
