@@ -15,7 +15,10 @@ own order (`destroy_process_group()` shuts every group down, then forgets them).
   all of them. Lightning's own NCCL handler, registered just before ours, then finds nothing left to destroy.
 - `destroy_process_group` has no barrier: a rank never waits for its peers at exit, whatever they do.
 - After an uncaught exception nothing is destroyed (the run failed anyway, and a peer may still be waiting in a
-  collective this rank will never join): such a rank exits as it did before.
+  collective this rank will never join): such a rank exits as it did before. (An interactive session that showed
+  an error earlier keeps `sys.last_value` and skips it too.)
+- Processes that end with `os._exit` (the children of `ddp_spawn`/`ddp_fork`, through multiprocessing) run no
+  `atexit` handler and no finalisation either: nothing to do there.
 """
 
 from __future__ import annotations
