@@ -6,9 +6,9 @@ run could then abort during finalisation ("terminate called without an active ex
 test's budget. So the tests check the mechanism itself, deterministically:
 - in-process, on every strategy module of both namespaces (Trainer and Fabric): creating the group through
   Lightning's `_init_dist_connection` registers one handler that destroys it, unless the run failed;
-- in real two-rank fits (Lightning's launcher, MPICH `mpiexec`): an `atexit` handler the script registered before
-  the fit, which Python runs after ours (last registered, first run) and just before finalisation, finds no process
-  group left, and every rank exits 0.
+- in real two-rank fits (Lightning's launcher once, MPICH `mpiexec` a few times in a row): an `atexit` handler the
+  script registered before the fit, which Python runs after ours (last registered, first run) and just before
+  finalisation, finds no process group left, and every rank exits 0 without an abort.
 """
 
 from __future__ import annotations
@@ -129,13 +129,13 @@ trainer.fit(Model(), DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_
 def _fit_and_exit(tmp_path: Path, launch: list[str]) -> None:
     script = tmp_path / "train.py"
     script.write_text(EXIT_FIT)
-    out = tmp_path / "out"
+    out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
     out.mkdir()
     command = ["timeout", "-k", "10", str(LAUNCH_SECONDS), *launch, sys.executable, str(script), str(out)]
     done = subprocess.run(command, env=_rank_environment(MASTER_PORT=str(free_port())), cwd=tmp_path, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     output = f"$ {shlex.join(command)}\n(exit {done.returncode})\n{done.stdout[-4000:]}"
-    assert done.returncode == 0, output
+    assert done.returncode == 0 and "terminate called" not in done.stdout, output
     assert sorted(path.read_text() for path in out.glob("trained-*")) == ["0 2", "1 2"], output
     at_exit = sorted(path.read_text() for path in out.glob("exit-*"))
     assert at_exit == ["False", "False"], f"process group still initialised at exit: {at_exit}\n{output}"
@@ -146,10 +146,15 @@ def test_a_lightning_launched_fit_leaves_no_process_group_to_finalisation(tmp_pa
     _fit_and_exit(tmp_path, [])
 
 
+# The launch that aborted most often (issue 29): a few runs in a row, each one checked, none may abort.
+MPIEXEC_REPEATS = 3
+
+
 @newest_lightning_only
 @pytest.mark.mpi
-def test_an_mpiexec_launched_fit_leaves_no_process_group_to_finalisation(tmp_path: Path) -> None:
-    _fit_and_exit(tmp_path, [_mpiexec("mpich"), "-n", "2"])
+def test_mpiexec_launched_fits_leave_no_process_group_to_finalisation(tmp_path: Path) -> None:
+    for _ in range(MPIEXEC_REPEATS):
+        _fit_and_exit(tmp_path, [_mpiexec("mpich"), "-n", "2"])
 
 
 def test_torch_destroys_nothing_at_exit_by_itself() -> None:
