@@ -3,7 +3,8 @@
 Both connectors make the same choices with their own copies of the same methods, so one set of wrappers serves
 both (and both namespaces). Each wrapper runs Lightning's method; the result changes only where XPU is involved:
   - "auto" picks XPU where Lightning would pick CPU; "gpu" picks XPU where Lightning finds neither MPS nor CUDA,
-    and on an XPU build of torch that sees no XPU, Lightning's "No supported gpu backend found!" says why;
+    and where there is no XPU either, Lightning's "No supported gpu backend found!" (unchanged, first) is followed,
+    on the same line, by why XPU cannot stand in;
   - a strategy given XPU `parallel_devices` implies the XPU accelerator (Lightning knows only cpu and cuda);
   - `devices="auto"` in a notebook uses one XPU, as Lightning does for CUDA;
   - one device gets a `SingleDeviceStrategy` on `xpu:<index>`, not on CPU;
@@ -52,7 +53,9 @@ def _auto_prefers_xpu_to_cpu(original: Method) -> Method:
 def _gpu_means_xpu_without_cuda_or_mps(original: Method) -> Method:
     def choose_gpu_accelerator_backend(*args: Any) -> str:
         # Lightning's choice stands wherever it finds one; where it finds none (its error), XPU is the GPU, or
-        # the error says in one line why there is none (on a CPU build too: which variant to load).
+        # the error says why there is none (on a CPU build too: which variant to load). Lightning's own message
+        # stays first and unchanged, with its exception type: its tests and users' code match that text
+        # (pytest.raises(match=) searches the message), so the diagnosis follows it on the same one line.
         try:
             return original(*args)
         except Exception as error:  # Lightning's only raise here: "No supported gpu backend found!" (no MPS, CUDA)
@@ -60,8 +63,10 @@ def _gpu_means_xpu_without_cuda_or_mps(original: Method) -> Method:
                 return "xpu"
             from lightning_xpu.report.diagnose import unusable_reason
 
-            raise device_error(type(error), f"{str(error).rstrip('!.')} (no CUDA, no MPS); {unusable_reason()}") \
-                from None
+            reason = unusable_reason()
+            if reason is None:  # torch.xpu says XPU is usable after all: Lightning's error is the whole story
+                raise
+            raise device_error(type(error), f"{error} No CUDA, no MPS, and {reason}") from None
 
     return choose_gpu_accelerator_backend
 

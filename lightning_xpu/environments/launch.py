@@ -44,7 +44,7 @@ from lightning_xpu.environments.inputs import tasks_per_node, whole_number
 HYDRA = "hydra"  # MPICH or Intel MPI `mpiexec`/`mpirun`
 PALS = "pals"  # HPE Cray PALS `mpiexec` (Aurora, under PBS)
 OPENMPI = "openmpi"  # Open MPI `mpirun`/`mpiexec`
-SRUN = "srun"  # Slurm's own launcher: Lightning's SLURMEnvironment handles it
+SRUN = "srun"  # Slurm's own launcher: Lightning's SLURMEnvironment, whatever the job is called
 TORCHRUN = "torchrun"  # torch.distributed.run: Lightning's TorchElasticEnvironment handles it
 MPI_LAUNCHERS = (PALS, OPENMPI, HYDRA)
 # What the user ran, and how to start N ranks per node with it.
@@ -96,6 +96,18 @@ def mpi_launcher(environ: Mapping[str, str]) -> str | None:
     launcher = detect_launcher(environ)
     if launcher in MPI_LAUNCHERS and launch_ranks(launcher, environ).world_size > 1:
         return launcher
+    return None
+
+
+def srun_launcher(environ: Mapping[str, str]) -> str | None:
+    """`SRUN` when srun started this process as one of several tasks of its step, else None.
+
+    A one-task step is left to Lightning, as `mpi_launcher` leaves a single MPI rank: `srun -n 1 python fit.py`
+    with `devices=2` lets Lightning start the other process, and on a site whose `salloc` opens its shell as an
+    interactive step (`LaunchParameters=use_interactive_step`) a plain `python train.py` there is such a step.
+    """
+    if detect_launcher(environ) == SRUN and launch_ranks(SRUN, environ).world_size > 1:
+        return SRUN
     return None
 
 

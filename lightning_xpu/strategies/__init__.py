@@ -1,13 +1,15 @@
 """DDP, FSDP and ModelParallel on Intel GPUs, for the Trainer and Fabric of either namespace.
 
 Every wrapper lets Lightning's method run untouched unless the strategy's root device is an XPU (or, for barrier
-and broadcast, the process group runs on an XPU backend):
+and broadcast, the process group runs on an XPU backend), except the teardown at exit:
 - backend.py        process-group backend: xccl, else ccl (oneCCL bindings), else a clear error
 - process_group.py  set_device and oneCCL's local rank before init; no XPU `device_id` binding
 - collectives.py    barrier with the rank's device; objects over a gloo side group on ccl
 - ddp_module.py     the DDP wrapper built on an XPU stream instead of `torch.cuda.Stream`
 - device_mesh.py    FSDP's tuple `device_mesh` built on "xpu" instead of "cuda"
 - fork_guard.py     `ddp_fork` refused with a clear message once XPU is initialised in the main process
+- teardown.py       on every device: the process groups destroyed at exit, before the interpreter shuts down
+                    (a finished gloo run could abort there)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lightning_xpu.strategies.ddp_module import on_xpu_stream
 from lightning_xpu.strategies.device_mesh import mesh_on_xpu
 from lightning_xpu.strategies.fork_guard import refuse_fork_after_xpu_init
 from lightning_xpu.strategies.process_group import around_process_group_init, unbind_xpu_device
+from lightning_xpu.strategies.teardown import torn_down_at_exit
 
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -90,7 +93,7 @@ def _apply(package: str, patches: tuple[StrategyPatch, ...]) -> None:
                 owner = f"{package}.{patch.module}" + ("" if name == "_init_dist_connection" else f".{patch.cls}")
                 record(owner, name, False, f"{package}.{patch.module}.{patch.cls} does not exist in this Lightning")
             continue
-        wrap(module, "_init_dist_connection", unbind_xpu_device)
+        wrap(module, "_init_dist_connection", _compose([unbind_xpu_device, torn_down_at_exit]))
         for name, wrappers in patch.method_wrappers().items():
             wrap(cls, name, _compose(wrappers))
 

@@ -39,6 +39,23 @@ SRUN = {
     **BATCH, "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1",
     "SLURM_STEP_NODELIST": "vm", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_GTIDS": "0,1",
 }
+# `salloc -N1 --ntasks-per-node=2` (job 25; Slurm names an salloc job `interactive`): its shell, which has no step
+# and no SLURM_PROCID; `srun` in it (rank 1 of the step's 2 tasks); `srun -n 1` in it (a one-task step, which keeps
+# the allocation's SLURM_NTASKS_PER_NODE).
+SALLOC_SHELL = {
+    "SLURM_JOB_ID": "25", "SLURM_JOBID": "25", "SLURM_JOB_NAME": "interactive", "SLURM_JOB_NODELIST": "vm",
+    "SLURM_NODELIST": "vm", "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2",
+    "SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_PARTITION": "pvc9",
+}
+SALLOC_SRUN = {
+    **SALLOC_SHELL, "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_STEP_NODELIST": "vm", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+}
+SALLOC_SRUN_ONE_TASK = {
+    **SALLOC_SRUN, "SLURM_NTASKS": "1", "SLURM_NPROCS": "1", "SLURM_STEP_NUM_TASKS": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_TASKS_PER_NODE": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+}
 SRUN_PMI2 = {**SRUN, "SLURM_MPI_TYPE": "pmi2", "PMI_RANK": "1", "PMI_SIZE": "2", "PMI_FD": "13", "PMI_JOBID": "7.1"}
 MPICH = {"PMI_RANK": "1", "PMI_SIZE": "2", "PMI_FD": "6", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2",
          "HYDI_CONTROL_FD": "7"}

@@ -7,6 +7,8 @@ alone does (`unpatched`), so the patch can be dropped the day upstream fixes it.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from lightning_grid import APIS, TRAINERS, build, connector_module, require_feature, strategies, unpatched
@@ -76,6 +78,32 @@ def test_unpatched_lightning_picks_cpu_for_auto_and_finds_no_gpu(simulated_xpu, 
     assert unpatched(connector, "_choose_auto_accelerator")() == "cpu"
     with pytest.raises(Exception, match="No supported gpu backend found"):
         unpatched(connector, "_choose_gpu_accelerator_backend")()
+
+
+# Lightning's own tests of accelerator="gpu" with neither MPS nor CUDA (at 2.6.5:
+# tests/tests_pytorch/trainer/connectors/test_accelerator_connector.py::test_gpu_accelerator_misconfiguration_exception,
+# tests/tests_fabric/test_connector.py::test_gpu_accelerator_no_gpu_backend_found_error): the type and the text.
+LIGHTNINGS_NO_GPU_BACKEND = "No supported gpu backend found!"
+
+
+@pytest.mark.parametrize(("api", "package"), APIS)
+def test_gpu_with_no_gpu_at_all_raises_lightnings_exact_error(api, package, monkeypatch) -> None:
+    """This CPU-only machine (a CPU build of torch: no CUDA, no MPS, no XPU), lightning_xpu loaded: Lightning's
+    tests still pass (same mocks, same `pytest.raises`), and Lightning's message is the start of ours, unchanged."""
+    accelerators = f"{package}.accelerators"
+    for module, name in (("mps", "MPSAccelerator"), ("cuda", "CUDAAccelerator")):
+        monkeypatch.setattr(getattr(importlib.import_module(f"{accelerators}.{module}"), name), "is_available",
+                            lambda: False)
+    if api == "trainer":
+        expected: type[Exception] = importlib.import_module(f"{package}.utilities.exceptions").MisconfigurationException
+        with pytest.raises(expected, match=LIGHTNINGS_NO_GPU_BACKEND) as raised:
+            importlib.import_module(package).Trainer(accelerator="gpu")
+    else:
+        with pytest.raises(RuntimeError, match=LIGHTNINGS_NO_GPU_BACKEND) as raised:
+            connector_module(api, package)._Connector(accelerator="gpu")
+    message = str(raised.value)
+    assert message.startswith(LIGHTNINGS_NO_GPU_BACKEND + " "), message
+    assert "XPU cannot be used" in message and "\n" not in message, message  # the diagnosis follows, one line
 
 
 @pytest.mark.parametrize(("api", "package"), APIS)

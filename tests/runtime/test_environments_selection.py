@@ -197,3 +197,49 @@ def test_srun_not_used_warning_does_not_misfire_under_mpiexec(fabric, monkeypatc
     launches.launch(monkeypatch, {})  # no launcher at all: Lightning's warning stays
     with pytest.warns(UserWarning, match="is not used"):
         slurm._validate_srun_used()
+
+
+# ---- srun in a job named `interactive` or `bash` (every salloc job is `interactive`) ---------------------------
+
+
+@pytest.mark.parametrize(("kind", "module"), TARGETS)
+@pytest.mark.parametrize("job_name", ["interactive", "bash"])
+def test_srun_is_one_rank_per_task_whatever_the_job_is_called(kind, module, job_name, monkeypatch) -> None:
+    """`salloc ... srun python train.py --devices 2`: plain Lightning takes these names for "not srun" and each
+    task would spawn its own world of 2 (two trainings); the step's tasks are the ranks instead."""
+    launches.launch(monkeypatch, {**launches.SALLOC_SRUN, "SLURM_JOB_NAME": job_name})  # rank 1 of 2
+    connector = _connector(kind, module)
+    env = connector.cluster_environment
+    assert type(env) is _environments(module).SLURMEnvironment
+    assert (env.global_rank(), env.world_size(), env.local_rank(), env.creates_processes_externally) == (1, 2, 1, True)
+    assert env.auto_requeue is False  # Slurm requeues batch jobs only, never an salloc job
+    unpatched = original_of(type(connector), "_choose_and_init_cluster_environment")(connector)
+    assert type(unpatched).__name__ == "LightningEnvironment" and not unpatched.creates_processes_externally
+
+
+@pytest.mark.parametrize(("kind", "module"), TARGETS)
+@pytest.mark.parametrize("environ", [launches.SALLOC_SHELL, launches.SALLOC_SRUN_ONE_TASK],
+                         ids=["salloc-shell", "one-task-step"])
+def test_without_a_step_of_several_tasks_lightning_starts_the_processes(kind, module, environ, monkeypatch) -> None:
+    """A plain `python train.py` in the salloc shell (docs/dawn.md), or a one-task step: Lightning's own launcher."""
+    launches.launch(monkeypatch, environ)
+    env = _chosen(kind, module)
+    assert type(env).__name__ == "LightningEnvironment" and not env.creates_processes_externally
+
+
+@pytest.mark.parametrize("fabric", FABRIC_PACKAGES)
+def test_srun_not_used_warning_does_not_misfire_under_srun_in_an_interactive_job(fabric, monkeypatch, tmp_path) -> None:
+    fake_srun = tmp_path / "srun"
+    fake_srun.write_text("#!/bin/sh\n")
+    fake_srun.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    launches.launch(monkeypatch, launches.SALLOC_SRUN)
+    slurm = _environments(fabric).SLURMEnvironment
+    with pytest.warns(UserWarning, match="`srun` command is available on your system but is not used"):
+        original_of(slurm, "_validate_srun_used")()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        slurm._validate_srun_used()
+    launches.launch(monkeypatch, launches.SALLOC_SHELL)  # python in the salloc shell: Lightning's warning stays
+    with pytest.warns(UserWarning, match="is not used"):
+        slurm._validate_srun_used()

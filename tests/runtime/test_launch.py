@@ -7,6 +7,9 @@ misconfigured Slurm records failed jobs as COMPLETED).
 Then one launch per launcher of a user's script with more ranks per node than devices (devices=1 and the default,
 no strategy): refused in every rank under MPICH and Intel MPI `mpiexec`; under `srun` off XPU, plain Lightning's
 behaviour (the rest of that rule is unit-tested in test_launch_refusals.py).
+
+Last, `salloc` then `srun` (a job Slurm names `interactive`): one training of one world, and a plain `python` in
+the same allocation still launched by Lightning.
 """
 
 from __future__ import annotations
@@ -276,3 +279,70 @@ def test_srun_with_more_tasks_than_devices_off_xpu_runs_as_plain_lightning(tmp_p
             assert rc == 0, f"devices={devices}, rank {rank}:\n{text}"
             assert "fitted 0 1 SingleDeviceStrategy" in text, text  # its own world of 1, as rank 0
             assert list((tmp_path / "runs" / f"{devices}-rank{rank}").rglob("*.ckpt")), text
+
+
+# ---- srun in a job named `interactive` (every salloc job): one training, not one per task ------------------------
+
+# A README-style script with Lightning's default logging and checkpointing into OUT: each process that trains
+# records its rank, world size, cluster environment and the job's name.
+SALLOC_FIT = """
+import os, sys
+from pathlib import Path
+import lightning_xpu  # what our environments' autoload hook does
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+out, devices = Path(sys.argv[1]), int(sys.argv[2])
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("loss", loss)
+        return loss
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy="ddp", max_epochs=1, default_root_dir=out,
+                     logger=CSVLogger(out), enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4))
+environment = type(trainer.strategy.cluster_environment).__name__
+(out / f"fitted-{os.getpid()}").write_text(
+    f"{trainer.global_rank} {trainer.world_size} {environment} {os.environ.get('SLURM_JOB_NAME')}")
+"""
+
+
+def _one_training(out: Path, environment: str, context: str) -> None:
+    """One world of 2 ranks trained once: one CSV version, one checkpoint (no `-v1`), two fitted processes."""
+    fitted = sorted(path.read_text() for path in out.glob("fitted-*"))
+    assert fitted == [f"0 2 {environment} interactive", f"1 2 {environment} interactive"], f"{fitted}\n{context}"
+    versions = sorted(path.name for path in (out / "lightning_logs").iterdir())
+    assert versions == ["version_0"], f"{versions}\n{context}"
+    checkpoints = sorted(path.name for path in out.rglob("*.ckpt"))
+    assert len(checkpoints) == 1 and "-v1" not in checkpoints[0], f"{checkpoints}\n{context}"
+
+
+@pytest.mark.slurm
+def test_salloc_then_srun_trains_once_and_plain_python_still_uses_lightnings_launcher(tmp_path: Path) -> None:
+    """Slurm names an salloc job `interactive`, which unpatched Lightning reads as "not srun": `srun python
+    train.py --devices 2` in it ran LightningEnvironment in each task, two worlds of 2 (issue 29). srun's tasks
+    are the ranks whatever the job is called; a plain `python train.py` in the same allocation (no step, as
+    docs/dawn.md tells interactive users) still has Lightning start its processes."""
+    _require_slurm()
+    fit = tmp_path / "train.py"
+    fit.write_text(SALLOC_FIT)
+    python, srun_out, plain_out = sys.executable, tmp_path / "srun", tmp_path / "plain"
+    steps = (f"srun --kill-on-bad-exit=1 {shlex.join([python, str(fit), str(srun_out), '2'])}; echo srun exit $?;"
+             f" {shlex.join([python, str(fit), str(plain_out), '2'])}; echo plain exit $?")
+    command = ["salloc", "-p", "pvc9", "--nodes=1", "--ntasks-per-node=2", "-t", "5",
+               "timeout", "-k", "10", str(LAUNCH_SECONDS), "bash", "-c", steps]
+    done = subprocess.run(command, env=_rank_environment(), cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=JOB_SECONDS + LAUNCH_SECONDS, start_new_session=True)
+    output = f"$ {shlex.join(command)}\n(exit {done.returncode})\n{done.stdout[-6000:]}"
+    assert done.returncode == 0 and "srun exit 0" in done.stdout and "plain exit 0" in done.stdout, output
+    _one_training(srun_out, "SLURMEnvironment", output)
+    _one_training(plain_out, "LightningEnvironment", output)

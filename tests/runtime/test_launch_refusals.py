@@ -2,7 +2,8 @@
 launches are in test_launch_refusals_real.py):
 
 - a launch that does not fit the arguments (ranks per node, nodes, placement, a spawning strategy), for every
-  strategy argument including none: under mpiexec/mpirun/PALS on every device, under srun on XPU only;
+  strategy argument including none: under mpiexec/mpirun/PALS on every device, under srun on XPU (and on every
+  device in a job named interactive/bash, where Lightning skips its own check);
 - a malformed launch variable, under every launcher kind, with the variable and the fix named;
 - an uncaught LaunchError shows one line (per node for a mismatch), LIGHTNING_XPU_DEBUG=1 the traceback.
 """
@@ -109,6 +110,24 @@ def test_srun_off_xpu_keeps_lightnings_behaviour(kind, module, launch, monkeypat
     """Plain Lightning runs one independent single-device training per srun task; so does lightning_xpu."""
     launches.launch(monkeypatch, launch)
     assert build(kind, module, accelerator="cpu", devices=1) is not None
+
+
+@pytest.mark.parametrize(("kind", "module"), TARGETS)
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"devices": 1}, "uses 1 device per node (devices=1): set `devices=2`, or start 1 rank per node"
+                     " (--ntasks-per-node=1)"),
+    ({"devices": 4, "strategy": "ddp"}, "uses 4 devices per node (devices=4): set `devices=2`, or start 4 ranks per"
+                                        " node (--ntasks-per-node=4)"),
+], ids=["devices=1", "devices=4"])
+def test_srun_in_an_interactive_job_that_does_not_fit_is_refused_on_every_device(kind, module, arguments, message,
+                                                                                 monkeypatch) -> None:
+    """Lightning skips its own check (validate_settings) in a job named interactive; off XPU too, the launch is
+    refused instead of training once per task or waiting for ranks that never come."""
+    launches.launch(monkeypatch, launches.SALLOC_SRUN)
+    with pytest.raises(LaunchMismatch) as refused:
+        build(kind, module, accelerator="cpu", **arguments)
+    assert str(refused.value) == f"srun started 2 ranks on this node, but {USER[kind]} {message}"
+    build(kind, module, accelerator="cpu", devices=2)  # and a launch that fits runs
 
 
 @pytest.mark.parametrize(("kind", "module"), TARGETS)
