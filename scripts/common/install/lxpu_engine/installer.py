@@ -25,10 +25,10 @@ from lxpu_engine.state import State, bad_input, command_output, fail, quote, run
 # The pinned, hash-checked uv (one line per platform wheel); its wheel is kept in the tool cache and each run
 # unpacks its own copy (lxpu_engine/toolcache.py).
 UV_LOCK = "recipes/tools/install-tools.txt"
-# uv's "clone" is a copy-on-write reflink where the file system has them (btrfs, XFS) and a plain copy elsewhere
-# (uv falls back to copying: astral-sh/uv#1773): never a hard link into the cache, which a later change of a
-# cache file would carry into every published build (issue 27).
-LINK_MODE = "clone"
+# Copies, never hard links into uv's cache (uv's default on Linux), which a later change of a cache file carried
+# into every published build at once (issue 27). Not "clone": where a reflink fails (ext4, Lustre, another file
+# system) uv 0.13.9 falls back to a hard link ("Failed to reflink ...: falling back", measured on ext4).
+LINK_MODE = "copy"
 
 
 class Installer:
