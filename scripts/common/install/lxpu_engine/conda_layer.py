@@ -333,10 +333,14 @@ def write_lock(
 ) -> None:
     """Solve against the channels and write the explicit lock (every package's sha256 checked first)."""
     tools = Path(os.environ.get("LIGHTNING_XPU_TOOLS_DIR", Path(tempfile.gettempdir()) / "lightning-xpu-tools"))
-    tools.mkdir(parents=True, exist_ok=True)
+    tools.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # py-rattler is unpacked and imported from there: a directory another account made (in /tmp, say) is refused.
+    refused = toolcache.refusal(str(tools), "the tools directory", "LIGHTNING_XPU_TOOLS_DIR")
+    if refused:
+        raise CondaLayerError(refused)
     with tempfile.TemporaryDirectory(prefix="lxpu-conda.") as scratch_dir, \
             tempfile.TemporaryDirectory(prefix=".py-rattler.", dir=tools) as home:  # fmt: skip
-        python = rattler_python(Path(home) / "py-rattler", pip_options, log)
+        python = rattler_python(Path(home) / "py-rattler", pip_options, log, tool_cache=str(tools))
         entries = solve(python, channels, python_version, Path(scratch_dir))
         for url, digest in entries:
             fetch_verified(url, digest, Path(scratch_dir) / "pkgs")

@@ -65,20 +65,21 @@ def entry(cache_dir: str, name: str, version: str, lock: str) -> str:
     return f"{cache_dir}/{SUBDIR}/{name}-{version}-{digest.hexdigest()[:16]}"
 
 
-def refusal(cache_dir: str) -> str:
+def refusal(cache_dir: str, what: str = "the uv cache",
+            setting: str = "LIGHTNING_XPU_UV_CACHE_DIR, default <prefix>/.cache/uv") -> str:  # fmt: skip
     """Why CACHE_DIR (a uv cache, whose lightning-xpu-tools/ is the tool cache) must not be used, as one line
-    naming the fix; "" when it may. uv links or copies what its cache holds into builds without checking it again,
-    so its cache, its tool cache and everything directly in them must be this account's and writable by nobody
-    else. A cache not yet made is fine (the install makes it)."""
+    naming the fix; "" when it may. uv copies what its cache holds into builds without checking it again, so its
+    cache, its tool cache and everything directly in them must be this account's and writable by nobody else. A
+    cache not yet made is fine (the install makes it)."""
     me = os.geteuid()
-    fix = "use a cache of your own (LIGHTNING_XPU_UV_CACHE_DIR, default <prefix>/.cache/uv)"
+    fix = f"use a cache of your own ({setting})"
     for path in _cache_paths(cache_dir):
         info = os.lstat(path)
         if info.st_uid != me:
-            return (f"the uv cache {cache_dir} is not yours: {path} belongs to {_user(info.st_uid)}, who could change "
+            return (f"{what} {cache_dir} is not yours: {path} belongs to {_user(info.st_uid)}, who could change "
                     f"what goes into your builds; {fix}")  # fmt: skip
         if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o022:
-            return (f"the uv cache {cache_dir} is writable by other accounts ({path} has mode "
+            return (f"{what} {cache_dir} is writable by other accounts ({path} has mode "
                     f"{stat.S_IMODE(info.st_mode):04o}): chmod go-w {path}, or {fix}")  # fmt: skip
     return ""
 
