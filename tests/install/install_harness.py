@@ -412,6 +412,22 @@ def build_complete(build: Path) -> bool:
 ADMIN = REPO / "bin" / "lightning-xpu-admin"
 
 
+def pinned_uv(prefix: Path, dest: Path) -> Path:
+    """The pinned uv a real install of PREFIX used: unpacked into DEST from the wheel its tool cache keeps (checked
+    against the lock; lxpu_engine/toolcache.py). An install keeps no uv of its own in the prefix."""
+    sys.path.insert(0, str(REPO / "scripts/common/install"))
+    from lxpu_engine import toolcache
+
+    lock = REPO / "recipes" / "tools" / "install-tools.txt"
+    version = toolcache.pinned_version(str(lock), "uv")
+    assert version, f"{lock} pins no uv"
+    if not (dest / "bin" / "uv").is_file():
+        why = toolcache.provide("uv", version, str(lock), str(prefix / ".cache" / "uv"), str(dest), sys.executable,
+                                [], lambda line: None)  # fmt: skip
+        assert not why, why
+    return dest / "bin" / "uv"
+
+
 def verify_builds(prefix: Path, *names: str) -> subprocess.CompletedProcess[str]:
     """`lightning-xpu-admin verify --prefix PREFIX NAMES...` (lxpu_engine/verify.py), output captured."""
     return subprocess.run([str(ADMIN), "verify", "--prefix", str(prefix), *names], capture_output=True, text=True,

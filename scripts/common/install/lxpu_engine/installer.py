@@ -125,7 +125,8 @@ class Installer:
         lock = f"{state.source}/{UV_LOCK}"
         self.uv = f"{self.uv_dir}/bin/uv"
         if state.dry:
-            say(f"+ uv {self.uv_version} from its wheel (sha256 checked against {lock}) into {quote(self.uv_dir)}")
+            argv = toolcache.download_argv(self.uv_python, f"{self.uv_dir}.wheels", state.pip_options, lock)
+            say(f"+ {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into {quote(self.uv_dir)}")
         elif not self._provide(lock):
             return self.setup()
         self.why = self.why or "default"
