@@ -102,22 +102,30 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def checked_wheels(directory: str, lock: str) -> list[str]:
-    """The wheels in DIRECTORY when every one of them has a sha256 LOCK lists, else []."""
+def checked_wheels(directory: str, lock: str, private: str) -> list[str]:
+    """Copies in PRIVATE (a new directory of this run) of the wheels in DIRECTORY, when every one of them has a
+    sha256 LOCK lists; else [] (and PRIVATE removed). Each wheel is hashed as it is copied, and only the copy is
+    unpacked: a wheel changed in the cache after its check never is."""
     if not directory or not os.path.isdir(directory):
         return []
-    wheels = sorted(os.path.join(directory, name) for name in os.listdir(directory) if name.endswith(".whl"))
+    names = sorted(name for name in os.listdir(directory) if name.endswith(".whl"))
     allowed = lock_hashes(lock)
-    if not wheels or any(_sha256(wheel) not in allowed for wheel in wheels):
+    os.makedirs(private, exist_ok=True)
+    copies = [os.path.join(private, name) for name in names]
+    if not names or any(_copy_hashed(os.path.join(directory, name), copy) not in allowed
+                        for name, copy in zip(names, copies)):  # fmt: skip
+        shutil.rmtree(private, ignore_errors=True)
         return []
-    return wheels
+    return copies
 
 
-def _sha256(path: str) -> str:
+def _copy_hashed(source: str, target: str) -> str:
+    """Copy SOURCE to TARGET; the sha256 of what was copied."""
     digest = hashlib.sha256()
-    with open(path, "rb") as data:
+    with open(source, "rb") as data, open(target, "wb") as out:
         for block in iter(lambda: data.read(1 << 20), b""):
             digest.update(block)
+            out.write(block)
     return digest.hexdigest()
 
 
@@ -127,29 +135,31 @@ def provide(name: str, version: str, lock: str, cache_dir: str, target: str, pyt
     lists: those kept in CACHE_DIR, else fetched by pip and then kept there. "" when done, else why not (pip's
     reason)."""
     kept = entry(cache_dir, name, version, lock)
-    wheels = checked_wheels(kept, lock)
-    if wheels:
-        log(f"{name} {version} from the cache, {kept} (each wheel's sha256 checked against {lock})")
-        unpack(wheels, target)
-        return ""
-    if kept and os.path.lexists(kept):
-        log(f"WARNING: the cached {name} in {kept} is not what {lock} pins (a wheel's sha256 is not the lock's): "
-            "not used; fetching it again")  # fmt: skip
-        _remove(kept)
-    log(f"bootstrapping {name} {version} (hash-checked, from {lock})")
-    fetched = f"{target}.wheels"  # beside TARGET: a killed run's temporary paths are removed together
-    shutil.rmtree(fetched, ignore_errors=True)
+    # Beside TARGET, this run's own: a killed run's temporary paths are removed together.
+    private, fetched = f"{target}.checked", f"{target}.wheels"
     try:
+        wheels = checked_wheels(kept, lock, private)
+        if wheels:
+            log(f"{name} {version} from the cache, {kept} (each wheel's sha256 checked against {lock})")
+            unpack(wheels, target)
+            return ""
+        if kept and os.path.lexists(kept):
+            log(f"WARNING: the cached {name} in {kept} is not what {lock} pins (a wheel's sha256 is not the "
+                "lock's): not used; fetching it again")  # fmt: skip
+            _remove(kept)
+        log(f"bootstrapping {name} {version} (hash-checked, from {lock})")
+        shutil.rmtree(fetched, ignore_errors=True)
         argv = download_argv(python, fetched, pip_options, lock)
         log("+ " + " ".join(argv))
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-        wheels = checked_wheels(fetched, lock)
+        wheels = checked_wheels(fetched, lock, private)
         if done.returncode != 0 or not wheels:
             return pip_error(done.stdout) or done.stdout.strip()[-300:] or f"pip fetched no wheel that {lock} lists"
         unpack(wheels, target)
         keep(wheels, kept)
     finally:
         shutil.rmtree(fetched, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
     return ""
 
 
