@@ -409,6 +409,48 @@ def build_complete(build: Path) -> bool:
     return bool(manifest.get("status") == "installed")
 
 
+ADMIN = REPO / "bin" / "lightning-xpu-admin"
+
+
+def pinned_uv(prefix: Path, dest: Path) -> Path:
+    """The pinned uv a real install of PREFIX used: unpacked into DEST from the wheel its tool cache keeps (checked
+    against the lock; lxpu_engine/toolcache.py). An install keeps no uv of its own in the prefix."""
+    sys.path.insert(0, str(REPO / "scripts/common/install"))
+    from lxpu_engine import toolcache
+
+    lock = REPO / "recipes" / "tools" / "install-tools.txt"
+    version = toolcache.pinned_version(str(lock), "uv")
+    assert version, f"{lock} pins no uv"
+    if not (dest / "bin" / "uv").is_file():
+        why = toolcache.provide("uv", version, str(lock), str(prefix / ".cache" / "uv"), str(dest), sys.executable,
+                                [], lambda line: None)  # fmt: skip
+        assert not why, why
+    return dest / "bin" / "uv"
+
+
+def verify_builds(prefix: Path, *names: str) -> subprocess.CompletedProcess[str]:
+    """`lightning-xpu-admin verify --prefix PREFIX NAMES...` (lxpu_engine/verify.py), output captured."""
+    return subprocess.run([str(ADMIN), "verify", "--prefix", str(prefix), *names], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+
+
+def assert_sealed(prefix: Path) -> None:
+    """The published build shares no inode with any other path (a cache), every file and directory of it is the
+    installing account's and has no write bit, and it matches its file-hash record (issue 27)."""
+    build = published_build(prefix)
+    linked = subprocess.run(["find", str(build), "-type", "f", "-links", "+1"], capture_output=True, text=True,
+                            check=True).stdout.split()  # fmt: skip
+    assert not linked, f"{len(linked)} file(s) of {build} share their inode with another path: {linked[:5]}"
+    writable = subprocess.run(["find", str(build), "!", "-type", "l", "-perm", "/222"], capture_output=True,
+                              text=True, check=True).stdout.split()  # fmt: skip
+    assert not writable, f"{len(writable)} path(s) of {build} are writable: {writable[:5]}"
+    foreign = subprocess.run(["find", str(build), "!", "-user", str(os.geteuid())], capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+    assert not foreign, f"{len(foreign)} path(s) of {build} belong to another account: {foreign[:5]}"
+    verified = verify_builds(prefix, build.name)
+    assert verified.returncode == 0 and f"{build.name} (published): ok" in verified.stdout, verified
+
+
 def kept_env_dirs(prefix: Path) -> list[str]:
     """The builds a finished run keeps: every complete build (only --prune and --uninstall remove them)."""
     return [name for name in env_dirs(prefix) if build_complete(prefix / ".envs" / name)]

@@ -106,6 +106,8 @@ def test_install_builds_a_real_conda_prefix(conda_install: tuple[Path, h.JobResu
     manifest = h.published_manifest(prefix)
     assert manifest["env_manager"] == "conda" and manifest["status"] == "installed"
     assert "py-rattler" in result.output and "sha256 checked" in result.output
+    # Not one file hard-linked from rattler's package cache (its default), read-only, matching its record.
+    h.assert_sealed(prefix)
     h.assert_install_works(prefix, tmp_path)  # module load, the setup script, a toy fit
 
 
@@ -259,10 +261,10 @@ def test_py_rattler_comes_from_the_tool_cache_in_a_new_prefix(tmp_path: Path, mo
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # rattler_python sets it; restored after
     lines: list[str] = []
     cache = str(tmp_path / "uv cache")
-    conda_layer.rattler_python(tmp_path / "a" / ".tools", [], lines.append, tool_cache=cache)
+    conda_layer.rattler_python(tmp_path / "a" / "py-rattler", [], lines.append, tool_cache=cache)
     assert any("bootstrapping py-rattler" in line for line in lines), lines
     lines.clear()
-    conda_layer.rattler_python(tmp_path / "b" / ".tools", ["--no-index", "--find-links", str(tmp_path / "none")],
+    conda_layer.rattler_python(tmp_path / "b" / "py-rattler", ["--no-index", "--find-links", str(tmp_path / "none")],
                                lines.append, tool_cache=cache)
     assert any(f"from the cache, {cache}/lightning-xpu-tools/py-rattler-" in line for line in lines), lines
-    assert list((tmp_path / "b" / ".tools").glob("py-rattler-*/rattler"))
+    assert (tmp_path / "b" / "py-rattler" / "rattler").is_dir()

@@ -156,7 +156,7 @@ def test_dry_run_prints_every_step_and_creates_nothing(
     for n in range(1, h.STEP_TOTAL + 1):
         assert f"[{n}/{h.STEP_TOTAL}]" in result.output
     for command in (
-        "-m pip install --no-deps --require-hashes --target",  # bootstrapping uv, the default installer
+        "-m pip download --no-deps --require-hashes",  # fetching uv's wheel, the default installer
         "/bin/uv venv --quiet --relocatable",
         "/bin/uv pip install",
         "--require-hashes -r",

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import install_harness as h
@@ -64,7 +65,18 @@ def test_default_install_ran_on_uv_and_torch_came_from_the_local_file_with_the_l
     assert torch["sha256"] in torch_entry.group(2), "torch's recorded hash is not the lock's"
     log = good_install.log.read_text()
     assert re.search(r"/uv pip install .*--require-hashes .*-r .*requirements\.txt", log), "the lock went through uv"
-    assert (good_install.prefix / ".tools" / f"uv-{pinned_uv.group(1)}" / "bin" / "uv").is_file()
+    # uv ran from the run's own copy, unpacked from a wheel the lock lists, which the tool cache keeps; the copy is
+    # gone with the run.
+    (kept,) = (good_install.prefix / ".cache" / "uv" / "lightning-xpu-tools").glob(f"uv-{pinned_uv.group(1)}-*")
+    (wheel,) = kept.glob("*.whl")
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() in TOOLS_LOCK.read_text()
+    assert not list(good_install.prefix.glob(".envs/.tmp.*")) and not (good_install.prefix / ".tools").exists()
+
+
+def test_a_uv_build_shares_no_inode_with_the_cache_and_is_read_only(good_install: h.GoodInstall) -> None:
+    """Not one hard link into uv's cache (uv's default on Linux): a changed cache file changed every build."""
+    assert "(link mode copy)" in good_install.log.read_text()
+    h.assert_sealed(good_install.prefix)
 
 
 def test_pip_installer_builds_the_same_environment(
@@ -77,6 +89,7 @@ def test_pip_installer_builds_the_same_environment(
     assert manifest["installer"]["name"] == "pip" and manifest["installer"]["why"] == "--installer pip"
     assert re.search(LOCK_BY_PIP, result.log_text)
     assert not (prefix / ".tools").exists(), "--installer pip must not bootstrap uv"
+    h.assert_sealed(prefix)
     uv_versions = _versions(good_install.manifest)
     assert _versions(manifest) == uv_versions
     # Both record each package's hash, pip from its report, uv from the lock: the same files.
@@ -132,37 +145,44 @@ def test_a_new_prefix_takes_uv_from_a_warm_cache_without_pip(
             os.killpg(job.pid, signal.SIGTERM)
         job.wait(timeout=120)
     text = output.read_text()
-    assert f"from the cache, {kept[0]}" in text, text
-    assert "bootstrapping uv" not in text and "--target" not in text, text
-    pinned = re.search(r"^uv==(\S+)", TOOLS_LOCK.read_text(), re.MULTILINE)
-    assert pinned
-    uv = prefix / ".tools" / f"uv-{pinned.group(1)}" / "bin" / "uv"
-    assert uv.read_bytes() == (kept[0] / "bin" / "uv").read_bytes()
-    assert subprocess.run([str(uv), "--version"], capture_output=True, text=True).stdout.startswith(
-        f"uv {pinned.group(1)}")
+    assert f"from the cache, {kept[0]} (each wheel's sha256 checked against" in text, text
+    assert "bootstrapping uv" not in text and "pip download" not in text, text
 
 
-def test_the_tool_cache_is_keyed_by_the_lock_and_never_fails_an_install(tmp_path: Path) -> None:
+def test_the_tool_cache_is_keyed_by_the_lock_checked_before_every_use_and_never_fails_an_install(
+    tmp_path: Path,
+) -> None:
     sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
     from lxpu_engine import toolcache
 
+    wheel = tmp_path / "tool-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tool-1.0.data/scripts/tool", "#!/bin/sh\necho tool 1.0\n")
+        archive.writestr("tool/__init__.py", "")
     lock = tmp_path / "tools.txt"
-    lock.write_text("tool==1.0 --hash=sha256:aa\n")
+    lock.write_text(f"tool==1.0 --hash=sha256:{hashlib.sha256(wheel.read_bytes()).hexdigest()}\n")
     cache = tmp_path / "cache"
     first = toolcache.entry(str(cache), "tool", "1.0", str(lock))
     assert toolcache.entry("", "tool", "1.0", str(lock)) == "", "no cache, no entry"
-    tree = tmp_path / "tree"
-    (tree / "bin").mkdir(parents=True)
-    (tree / "bin" / "tool").write_text("v1")
-    assert not toolcache.take(first, str(tmp_path / "copy")), "nothing kept yet"
-    toolcache.keep(str(tree), first)
-    assert toolcache.take(first, str(tmp_path / "copy"))
-    assert (tmp_path / "copy" / "bin" / "tool").read_text() == "v1"
-    # Another hash in the lock: another entry, so the kept tree is not reused.
-    lock.write_text("tool==1.0 --hash=sha256:bb\n")
+    toolcache.keep([str(wheel)], first)
+    lines: list[str] = []
+    assert toolcache.provide("tool", "1.0", str(lock), str(cache), str(tmp_path / "copy"), sys.executable, [],
+                             lines.append) == ""  # fmt: skip
+    assert any(f"from the cache, {first}" in line for line in lines), lines
+    assert os.access(tmp_path / "copy" / "bin" / "tool", os.X_OK) and (tmp_path / "copy" / "tool").is_dir()
+    # A kept wheel whose sha256 the lock does not list is never unpacked: pip is asked again (and here finds none).
+    kept = Path(first) / wheel.name
+    kept.write_bytes(kept.read_bytes() + b"\0")
+    lines.clear()
+    why = toolcache.provide("tool", "1.0", str(lock), str(cache), str(tmp_path / "again"), sys.executable,
+                            ["--no-index", "--find-links", str(tmp_path / "none")], lines.append)  # fmt: skip
+    assert why and not (tmp_path / "again").exists(), (why, lines)
+    assert any("is not what" in line and "not used" in line for line in lines), lines
+    # Another hash in the lock: another entry.
+    lock.write_text("tool==1.0 --hash=sha256:" + "b" * 64 + "\n")
     assert toolcache.entry(str(cache), "tool", "1.0", str(lock)) != first
     # A cache that cannot be written: the install goes on without it.
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache directory would go")
-    toolcache.keep(str(tree), toolcache.entry(str(blocked), "tool", "1.0", str(lock)))
+    toolcache.keep([str(wheel)], toolcache.entry(str(blocked), "tool", "1.0", str(lock)))
     assert blocked.is_file()

@@ -47,12 +47,9 @@ def _wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = ()) 
         archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
 
 
-def _uv(install: h.GoodInstall) -> str:
-    """LXPU_UV, uv on PATH, else the pinned uv the session's real install bootstrapped into its prefix's .tools."""
-    found = os.environ.get("LXPU_UV") or shutil.which("uv")
-    found = found or next((str(p) for p in sorted(install.prefix.glob(".tools/uv-*/bin/uv"))), None)
-    assert found, f"no uv: not on PATH, LXPU_UV unset, none in {install.prefix}/.tools"
-    return found
+def _uv(install: h.GoodInstall, work: Path) -> str:
+    """LXPU_UV, uv on PATH, else the pinned uv of the session's real install (from the wheel its tool cache keeps)."""
+    return os.environ.get("LXPU_UV") or shutil.which("uv") or str(h.pinned_uv(install.prefix, work / "uv"))
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +107,7 @@ def test_user_layer_over_a_read_only_environment(
     home.mkdir()
     load = h.load_line(entry, prefix, tag)
     find = f"--no-index --find-links {shlex.quote(str(wheels))}"
-    uv = _uv(good_install)
+    uv = _uv(good_install, Path(world["work"]))
 
     def refused(name: str, command: str) -> str:
         return f"{command} {find} >{name}.out 2>{name}.err; echo {name} $?"

@@ -24,6 +24,7 @@ def remove_build(state: State, name: str) -> None:
     .removing.<build> the next run removes."""
     trash = f"{state.envs}/.removing.{name}"
     run(state, "mv", "-T", f"{state.envs}/{name}", trash)
+    run(state, "chmod", "-R", "u+w", trash)  # a published build is read-only, even to its owner
     run(state, "rm", "-rf", trash)
 
 
@@ -39,6 +40,7 @@ def unpublished(state: State, name: str) -> bool:
 def _reclaim(state: State, paths: list[str], what: str) -> int:
     for path in paths:
         say(f"removing leftover {path} ({what})")
+        run(state, "chmod", "-R", "u+w", path)  # a build killed while being removed is read-only
         run(state, "rm", "-rf", path)
     return len(paths)
 

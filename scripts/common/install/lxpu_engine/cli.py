@@ -4,6 +4,8 @@
   prune, rollback, uninstall  the same as install --prune, --rollback, --uninstall
   status                 the tags published in a prefix, their builds, what holds each and how to release it
                          (changes nothing)
+  verify                 whether each build still matches its file-hash record and is read-only
+                         ([--prefix DIR] [TAG|BUILD ...]; changes nothing; exit 1 on a mismatch)
   list, render, check, lock  the renderer (recipes/lxpu_recipes; needs jinja2 and packaging)
 
 install/prune/rollback/uninstall take --site NAME and --version X.Y (the recipe: recipes/rendered/
@@ -24,7 +26,7 @@ from lxpu_engine.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDataError,
 PROG = "lightning-xpu-admin"
 ACTIONS = {"install": None, "prune": "--prune", "rollback": "--rollback", "uninstall": "--uninstall"}
 RENDERER = ("list", "render", "check", "lock")
-COMMANDS = (*ACTIONS, "status", *RENDERER)
+COMMANDS = (*ACTIONS, "status", "verify", *RENDERER)
 
 
 def _error(message: str, prog: str = PROG) -> int:
@@ -96,6 +98,13 @@ def status(argv: list[str]) -> int:
     return status_main(split_recipe(argv)[1])
 
 
+def verify(argv: list[str]) -> int:
+    """Whether each build matches its file-hash record (lxpu_engine/verify.py)."""
+    from lxpu_engine.verify import main as verify_main
+
+    return verify_main(argv)
+
+
 def renderer(command: str, argv: list[str]) -> int:
     """The renderer's commands, from recipes/lxpu_recipes (imported only here: it needs jinja2 and packaging)."""
     recipes = _source() / "recipes"
@@ -123,6 +132,7 @@ def main(argv: list[str]) -> int:
     handlers: dict[str, Callable[[list[str]], int]] = {
         **{name: (lambda args, name=name: install(name, args)) for name in ACTIONS},
         "status": status,
+        "verify": verify,
         **{name: (lambda args, name=name: renderer(name, args)) for name in RENDERER},
     }
     if command not in handlers:

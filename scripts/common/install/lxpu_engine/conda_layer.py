@@ -1,8 +1,10 @@
 """The conda layer of an environment (issue 21): Python and pip from conda channels, with no conda executable.
 
 py-rattler does the solving and linking, in a CHILD process (conda_worker.py, on an interpreter that has
-py-rattler: bootstrapped, pinned and hash-checked, from recipes/tools/conda-tools.txt into <prefix>/.tools by pip
---require-hashes, as the uv tool is), never in the engine. This module, standard library only:
+py-rattler: its pinned wheel, sha256-checked against recipes/tools/conda-tools.txt before every use and unpacked
+fresh for the run, as uv is: lxpu_engine/toolcache.py), never in the engine. Every file is copied (or reflinked)
+from rattler's package cache, never hard-linked: a published build shares no inode with a cache (issue 27).
+This module, standard library only:
   - reads the channels (site file, --channel / LIGHTNING_XPU_CONDA_CHANNELS, .condarc `channels:`),
   - takes the package list from the explicit lock (@EXPLICIT, url#sha256:HEX; no solve) or from the child's solve,
   - downloads every package itself and checks its sha256 (rattler.install does not check hashes),
@@ -156,46 +158,27 @@ def _sha256(path: Path) -> str:
     return hasher.hexdigest()
 
 
-def rattler_python(tools: Path, pip_options: list[str], log: Callable[[str], None], tool_cache: str = "") -> str:
-    """An interpreter that imports the pinned py-rattler: LIGHTNING_XPU_RATTLER_PYTHON, or the pin in
-    tools/py-rattler-<version> (a temporary directory, then one rename): copied from TOOL_CACHE, the uv cache, where
-    an earlier install kept it (lxpu_engine/toolcache.py), else bootstrapped with pip checking the lock's hashes."""
+def rattler_python(home: Path, pip_options: list[str], log: Callable[[str], None], tool_cache: str = "") -> str:
+    """An interpreter that imports the pinned py-rattler: LIGHTNING_XPU_RATTLER_PYTHON, or this one with a fresh copy
+    of the pin unpacked into HOME (which must not exist; the caller removes it) from its wheel, whose sha256 is
+    checked against the lock first: the wheel kept in TOOL_CACHE, the uv cache's tool cache, else fetched by pip
+    (lxpu_engine/toolcache.py)."""
     given = os.environ.get("LIGHTNING_XPU_RATTLER_PYTHON")
     if given:
         return given
     version = toolcache.pinned_version(str(TOOLS_LOCK), "py-rattler")
     if version is None:
         raise CondaLayerError(f"{TOOLS_LOCK} pins no py-rattler==<version>: restore it from the repository")
-    home = tools / f"py-rattler-{version}"
-    if not (home / "rattler").is_dir():
-        tools.mkdir(parents=True, exist_ok=True)
-        tmp = tools / f".tmp.py-rattler-{version}.{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        cached = toolcache.entry(tool_cache, "py-rattler", version, str(TOOLS_LOCK))
-        if toolcache.take(cached, str(tmp)) and (tmp / "rattler").is_dir():
-            log(f"conda layer: py-rattler {version} from the cache, {cached} (bootstrapped there from {TOOLS_LOCK})")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-            _bootstrap_rattler(version, tmp, pip_options, log)
-            toolcache.keep(str(tmp), cached)
-        try:
-            tmp.rename(home)
-        except OSError:  # another install put the same version there meanwhile: keep that one
-            shutil.rmtree(tmp, ignore_errors=True)
+    why = toolcache.provide("py-rattler", version, str(TOOLS_LOCK), tool_cache, str(home), sys.executable,
+                            pip_options, lambda line: log(f"conda layer: {line}"))  # fmt: skip
+    if why or not (home / "rattler").is_dir():
+        shutil.rmtree(home, ignore_errors=True)
+        raise CondaLayerError(
+            f"py-rattler {version} could not be had ({why or 'its wheel has no rattler package'}): add it to the "
+            "wheelhouse or pass --conda-exe"
+        )
     os.environ["PYTHONPATH"] = str(home)
     return sys.executable
-
-
-def _bootstrap_rattler(version: str, tmp: Path, pip_options: list[str], log: Callable[[str], None]) -> None:
-    log(f"conda layer: bootstrapping py-rattler {version} (hash-checked, from {TOOLS_LOCK})")
-    argv = toolcache.bootstrap_argv(sys.executable, str(tmp), pip_options, str(TOOLS_LOCK))
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        why = toolcache.pip_error(done.stderr) or done.stderr.strip()
-        raise CondaLayerError(
-            f"py-rattler {version} could not be had ({why}): add it to the wheelhouse or pass --conda-exe"
-        )
 
 
 def run_worker(python: str, command: str, request: dict, scratch: Path) -> dict:
@@ -243,9 +226,26 @@ def _create_with_rattler(
     log: Callable[[str], None],
     tool_cache: str,
 ) -> list[tuple[str, str]]:
-    root = prefix.parent.parent  # <install prefix>/.envs/<tag>.<build>
-    python = rattler_python(root / ".tools", pip_options, log, tool_cache)
     tmp = prefix.with_name(f".tmp.{prefix.name}.{os.getpid()}")
+    tools = prefix.with_name(f"{tmp.name}.py-rattler")  # this run's own copy, removed at its end
+    shutil.rmtree(tools, ignore_errors=True)
+    try:
+        python = rattler_python(tools, pip_options, log, tool_cache)
+        return _install_with_rattler(python, prefix, tmp, python_version, lock, channels, log)
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)
+
+
+def _install_with_rattler(
+    python: str,
+    prefix: Path,
+    tmp: Path,
+    python_version: str,
+    lock: Path | None,
+    channels: list[str],
+    log: Callable[[str], None],
+) -> list[tuple[str, str]]:
+    root = prefix.parent.parent  # <install prefix>/.envs/<tag>.<build>
     with tempfile.TemporaryDirectory(prefix="lxpu-conda.") as scratch_dir:
         scratch = Path(scratch_dir)
         if lock is not None:
@@ -341,8 +341,14 @@ def write_lock(
 ) -> None:
     """Solve against the channels and write the explicit lock (every package's sha256 checked first)."""
     tools = Path(os.environ.get("LIGHTNING_XPU_TOOLS_DIR", Path(tempfile.gettempdir()) / "lightning-xpu-tools"))
-    python = rattler_python(tools, pip_options, log)
-    with tempfile.TemporaryDirectory(prefix="lxpu-conda.") as scratch_dir:
+    tools.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # py-rattler is unpacked and imported from there: a directory another account made (in /tmp, say) is refused.
+    refused = toolcache.refusal(str(tools), "the tools directory", "LIGHTNING_XPU_TOOLS_DIR")
+    if refused:
+        raise CondaLayerError(refused)
+    with tempfile.TemporaryDirectory(prefix="lxpu-conda.") as scratch_dir, \
+            tempfile.TemporaryDirectory(prefix=".py-rattler.", dir=tools) as home:  # fmt: skip
+        python = rattler_python(Path(home) / "py-rattler", pip_options, log, tool_cache=str(tools))
         entries = solve(python, channels, python_version, Path(scratch_dir))
         for url, digest in entries:
             fetch_verified(url, digest, Path(scratch_dir) / "pkgs")

@@ -3,7 +3,8 @@ by the engine. One request (a JSON file) in, one result (a JSON file) out, then 
 at interpreter teardown in about half of the runs (SIGSEGV/abort), so the interpreter is never torn down.
 
   solve REQUEST RESULT     channels + specs -> the records (url, sha256, file name) of the solution
-  install REQUEST RESULT   verified local package files -> installed into a prefix (no solve)
+  install REQUEST RESULT   verified local package files -> installed into a prefix (no solve), every file copied
+                           (or reflinked) from rattler's cache, never hard-linked
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ def _solve(request: dict) -> dict:
     }
 
 
+# rattler hard-links files from its package cache by default: a published build would share their inodes with the
+# cache (issue 27). Reflinks (copy-on-write) are separate inodes; where the file system has none, rattler copies.
+LINKS = "allow-hard-links = false\nallow-ref-links = true\n"
+
+
 def _install(request: dict) -> dict:
     import rattler
+    from rattler.config import Config
 
     async def records() -> list:
         out = []
@@ -52,6 +59,7 @@ def _install(request: dict) -> dict:
             alternative_target_prefix=request["final"],
             cache_dir=request["cache"],
             show_progress=False,
+            config=Config.from_toml(LINKS),
         )
     )
     return {"installed": len(request["packages"])}

@@ -40,12 +40,15 @@ def _shared_code(state: State) -> dict[str, str]:
             f"{state.prefix}/{data['module_body']}": f"{state.source}/{data['module_body']}"}  # fmt: skip
 
 
-def share_permissions(state: State, *paths: str, tree: bool = False) -> None:
-    """Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only."""
+def share_permissions(state: State, *paths: str, tree: bool = False, read_only: bool = False) -> None:
+    """Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only.
+    READ_ONLY (a build about to be published): no write bit for anyone, its owner included, so that nothing writes
+    into a published build by accident (lxpu_engine/filerecord.py records what it holds)."""
     group = state["shared_group"]
     if state.dry:
-        if group:
-            say(f"+ chgrp {'-R' if tree else '--'} {group}; chmod {'-R' if tree else '--'} g+rX,g-w,o-w: {quote(*paths)}")  # noqa: E501
+        if group or read_only:
+            chmod = "a-w" if read_only else "g-w,o-w"
+            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}{chmod}: {quote(*paths)}")  # noqa: E501
         return
     gid = grp.getgrnam(group).gr_gid if group else -1
     for top in paths:
@@ -55,7 +58,7 @@ def share_permissions(state: State, *paths: str, tree: bool = False) -> None:
                 if group:
                     os.chown(path, -1, gid, follow_symlinks=False)
                 continue
-            mode = info.st_mode & 0o7777 & ~0o002
+            mode = info.st_mode & 0o7777 & ~(0o222 if read_only else 0o002)
             if group:
                 os.chown(path, -1, gid)
                 executable = os.path.isdir(path) or info.st_mode & 0o111

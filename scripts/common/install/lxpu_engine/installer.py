@@ -12,18 +12,24 @@ The driver calls `validate` (bad input exits 2 before anything is written); step
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import subprocess
 
 from lxpu_engine import toolcache
-from lxpu_engine.commands import output_of, run_logged
+from lxpu_engine.commands import run_logged
 from lxpu_engine.inputs import pip_seed
 from lxpu_engine.state import State, bad_input, command_output, fail, quote, run, say, warn
 
-# The pinned, hash-checked uv (one line per platform wheel); bootstrapped into <prefix>/.tools/uv-<version>.
+# The pinned, hash-checked uv (one line per platform wheel); its wheel is kept in the tool cache and each run
+# unpacks its own copy (lxpu_engine/toolcache.py).
 UV_LOCK = "recipes/tools/install-tools.txt"
+# Copies, never hard links into uv's cache (uv's default on Linux), which a later change of a cache file carried
+# into every published build at once (issue 27). Not "clone": where a reflink fails (ext4, Lustre, another file
+# system) uv 0.13.9 falls back to a hard link ("Failed to reflink ...: falling back", measured on ext4).
+LINK_MODE = "copy"
 
 
 class Installer:
@@ -40,7 +46,7 @@ class Installer:
         self.uv_args: list[str] = []
         self.uv_env: dict[str, str] = {}
         self.uv_constraints: list[str] = []
-        self.link_mode = "hardlink"
+        self.link_mode = LINK_MODE
 
     # ---- inputs ----
 
@@ -93,8 +99,11 @@ class Installer:
             status, out = command_output(self.uv_python, mapper, "check-constraints", state.lock_path, *self.uv_constraints)  # noqa: E501
             if status != 0:
                 raise bad_input(state, out.removeprefix("error: "))
-        self.uv_dir = f"{state.prefix}/.tools/uv-{self.uv_version}"
+        self.uv_dir = state.tmp(f"uv-{self.uv_version}")
         self.uv_cache = os.environ.get("LIGHTNING_XPU_UV_CACHE_DIR") or f"{state.prefix}/.cache/uv"
+        refused = toolcache.refusal(self.uv_cache) if state["action"] == "install" else ""
+        if refused:
+            raise bad_input(state, refused)
 
     def _fallback(self, why: str) -> None:
         if self.kind == "uv":
@@ -105,8 +114,9 @@ class Installer:
     # ---- after the lock ----
 
     def setup(self) -> None:
-        """uv from the lock into the prefix's tools directory (a temporary directory, then one rename), unless the
-        pinned version is already there. Only pip is trusted to fetch it: pip checks the lock's hashes."""
+        """uv for this run: a fresh copy unpacked from the pinned wheel, whose sha256 is checked against the lock
+        first (toolcache.provide: the wheel kept in the tool cache, else fetched by pip). The copy is this run's own
+        (one of its temporary paths, removed at its end; the next run removes a killed run's)."""
         state = self.state
         if self.kind == "pip":
             status, out = command_output(state.python or "python3", "-m", "pip", "--version")
@@ -115,66 +125,34 @@ class Installer:
             return
         lock = f"{state.source}/{UV_LOCK}"
         self.uv = f"{self.uv_dir}/bin/uv"
-        if self._runs(self.uv):
-            say(f"installer: uv {self.uv_version} ({self.uv_dir})")
-        else:
-            tmp = f"{state.prefix}/.tools/.tmp.uv-{self.uv_version}.{state['pid']}"
-            if not self._fetch_uv(lock, tmp):
-                return self.setup()
-            if not state.dry:
-                # Another tag's install may have put the same version there meanwhile: keep that one.
-                try:
-                    os.rename(tmp, self.uv_dir)
-                except OSError:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                if command_output(self.uv, "--version")[0] != 0:
-                    self._fallback(f"{self.uv} does not run on this machine")
-                    return self.setup()
+        if state.dry:
+            argv = toolcache.download_argv(self.uv_python, f"{self.uv_dir}.wheels", state.pip_options, lock)
+            say(f"+ {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into {quote(self.uv_dir)}")
+        elif not self._provide(lock):
+            return self.setup()
         self.why = self.why or "default"
         self.kind, self.version = "uv", self.uv_version
-        # Hard links from the cache are fast, but not across file systems, and not on Lustre (ALCF's frameworks
-        # build sets UV_LINK_MODE=copy for that reason): copy there.
-        # A dry run on a new prefix creates neither: each is judged by its nearest existing directory.
         if not state.dry:
             os.makedirs(self.uv_cache, exist_ok=True)
-        cache_parent, prefix_parent = _existing(self.uv_cache), _existing(state.prefix)
-        fs_type = command_output("stat", "-f", "-c", "%T", prefix_parent)[1]
-        if os.stat(cache_parent).st_dev != os.stat(prefix_parent).st_dev or fs_type == "lustre":
-            self.link_mode = "copy"
         say(f"installer: uv, cache {self.uv_cache} (link mode {self.link_mode})")
+
+    def _provide(self, lock: str) -> bool:
+        """The checked copy of uv in uv_dir; False: uv could not be had, and the installer fell back to pip."""
+        state = self.state
+        shutil.rmtree(self.uv_dir, ignore_errors=True)
+        atexit.register(shutil.rmtree, self.uv_dir, True)
+        why = toolcache.provide("uv", self.uv_version, lock, self.uv_cache, self.uv_dir, self.uv_python,
+                                state.pip_options, lambda line: say(f"installer: {line}"))  # fmt: skip
+        if not why and not self._runs(self.uv):
+            why = f"{self.uv} does not run on this machine"
+        if why:
+            shutil.rmtree(self.uv_dir, ignore_errors=True)
+            self._fallback(why)
+            return False
+        return True
 
     def _runs(self, uv: str) -> bool:
         return os.access(uv, os.X_OK) and command_output(uv, "--version")[1].startswith(f"uv {self.uv_version}")
-
-    def _fetch_uv(self, lock: str, tmp: str) -> bool:
-        """The pinned uv into TMP: from the cache where a warm cache has it (lxpu_engine/toolcache.py), else
-        bootstrapped by pip, the one fetcher trusted to check the lock's hashes, and then kept in the cache.
-        False: uv could not be had, and the installer fell back to pip."""
-        state = self.state
-        cached = toolcache.entry(self.uv_cache, "uv", self.uv_version, lock)
-        if not state.dry:
-            os.makedirs(f"{state.prefix}/.tools", exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-        if cached and os.path.isdir(cached):
-            say(f"installer: uv {self.uv_version} from the cache, {cached} (bootstrapped there from {lock})")
-            if state.dry or (toolcache.take(cached, tmp) and self._runs(f"{tmp}/bin/uv")):
-                return True
-            shutil.rmtree(tmp, ignore_errors=True)
-            warn(f"the cached uv in {cached} could not be copied or does not run: bootstrapping it again")
-        say(f"installer: bootstrapping uv {self.uv_version} (hash-checked, from {lock})")
-        argv = toolcache.bootstrap_argv(self.uv_python, tmp, state.pip_options, lock)
-        say(f"+ {quote(*argv)}")
-        if state.dry:
-            return True
-        status, out = output_of(state, argv)
-        if out:
-            say(out)
-        if status != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            self._fallback(toolcache.pip_error(out))
-            return False
-        toolcache.keep(tmp, cached)
-        return True
 
     # ---- the operations ----
 
@@ -242,12 +220,6 @@ class Installer:
             return
         self._uv("build", "--quiet", "--wheel", "--no-build-isolation", "--python", f"{self.state['env']}/bin/python",
                  "--out-dir", wheel_dir, source, checked=True)  # fmt: skip
-
-
-def _existing(path: str) -> str:
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    return path
 
 
 def uv_reason(out: str) -> str:

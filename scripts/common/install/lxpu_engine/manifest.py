@@ -5,6 +5,11 @@ Run by the install (lxpu_engine/build.py, step 10) on the new environment's own 
 distributions it lists: `python -m lxpu_engine.manifest ENV --tag=... ...` (every value an option: see
 `--help`). It reads share/lightning-xpu/ (steps.tsv, smoke.json, pip-report.json, requirements.txt, wheels/,
 bytecompile-failures.txt, pack/pack.json) and writes ENV/manifest.json by one rename.
+
+First it makes the build its own (lxpu_engine/filerecord.py): every file that shares its inode with another path
+(a cache's) or belongs to another account is replaced by a copy, and the file-hash record of the whole build is
+written (share/lightning-xpu/RECORD, pip's RECORD format), whose sha256 manifest.json keeps;
+`lightning-xpu-admin verify` checks a build against both (lxpu_engine/verify.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lxpu_engine import filerecord
+
 SCHEMA = 1
+RECORD = "share/lightning-xpu/RECORD"
+# What must change after the record is written, so it is not in it: manifest.json holds the record's sha256, and
+# the publish step writes the rollback pointer and the size (which counts the record) into the build just before
+# its publishing rename (lxpu_engine/publish.py, `record`).
+AFTER_RECORD = ("manifest.json", "share/lightning-xpu/previous-build", "share/lightning-xpu/size")
 
 
 def norm(name: str) -> str:
@@ -89,7 +101,18 @@ def steps(share: Path) -> list[dict[str, Any]]:
     return [{"step": int(n), "name": name, "seconds": float(seconds)} for n, name, seconds in rows]
 
 
-def manifest(env: Path, args: argparse.Namespace) -> dict[str, Any]:
+def file_record(env: Path) -> dict[str, Any]:
+    """The build made its own (no inode shared with a cache, every file the installing account's), then its
+    file-hash record written: what manifest.json says about it."""
+    copied = filerecord.detach(str(env))
+    if copied:
+        print(f"note: {len(copied)} file(s) of the build shared their inode with another path or belonged to another "
+              f"account (e.g. {copied[0]}): replaced by copies of their own")
+    digest = filerecord.write(str(env), str(env / RECORD), AFTER_RECORD)
+    return {"record": RECORD, "sha256": digest, "not_recorded": list(AFTER_RECORD), "copied": len(copied)}
+
+
+def manifest(env: Path, args: argparse.Namespace, files: dict[str, Any]) -> dict[str, Any]:
     share = env / "share" / "lightning-xpu"
     pack = share / "pack" / "pack.json"
     return {
@@ -119,6 +142,7 @@ def manifest(env: Path, args: argparse.Namespace) -> dict[str, Any]:
         "bytecompile_failures": (share / "bytecompile-failures.txt").read_text().splitlines(),
         "smoke": json.loads((share / "smoke.json").read_text()),
         "pack": json.loads(pack.read_text()) if pack.exists() else None,
+        "files": files,
     }
 
 
@@ -139,7 +163,8 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     target = args.env / "manifest.json"
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(manifest(args.env, args), indent=2) + "\n")
+    files = file_record(args.env)
+    tmp.write_text(json.dumps(manifest(args.env, args, files), indent=2) + "\n")
     os.replace(tmp, target)
     return 0
 

@@ -169,7 +169,7 @@ def lock_or_stop(state: State) -> None:
 def publish_step(state: State) -> None:
     """The record in the new build, the entry points, then THE publishing rename and what follows it."""
     record(state)
-    share_permissions(state, state["env"], tree=True)
+    share_permissions(state, state["env"], tree=True, read_only=True)
     if os.environ.get("LXPU_TEST_PAUSE_AT") or os.environ.get("LXPU_TEST_FAIL_AT"):
         test_hook(state, "entry-points")
     write_entry_points(state)

@@ -238,6 +238,8 @@ def run(state: State, *argv: str) -> None:
 def remove_quietly(*paths: str) -> None:
     """rm -rf without printing (leftovers of this run itself)."""
     if paths:
+        # A build is made read-only, even to its owner, just before it is published (entrypoints.share_permissions).
+        subprocess.run(["chmod", "-R", "u+w", "--", *paths], capture_output=True, check=False)
         subprocess.run(["rm", "-rf", "--", *paths], check=False)
 
 
