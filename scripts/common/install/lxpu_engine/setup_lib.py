@@ -276,7 +276,7 @@ def read_layer(layer: str) -> dict[str, str]:
             "python": build_python(root), "pins": build_pins(root), "legacy": "1"}  # fmt: skip
 
 
-def _same_path(one: str, other: str) -> bool:
+def same_path(one: str, other: str) -> bool:
     return one == other or os.path.realpath(one) == os.path.realpath(other)
 
 
@@ -290,7 +290,7 @@ def layer_verdict(layer: str, prefix: str, tag: str, root: str) -> tuple[str, st
     record, build = read_layer(layer), os.path.basename(root)
     if not record:
         return "refuse", "it records no lightning-xpu build"
-    if not _same_path(record.get("prefix", ""), prefix):
+    if not same_path(record.get("prefix", ""), prefix):
         return "refuse", f"it belongs to the install {record.get('prefix') or '?'}, not {prefix}"
     if record.get("tag") != tag:
         return "refuse", f"it belongs to {record.get('tag') or '?'}, not {tag}"
@@ -362,11 +362,16 @@ def layer_for(prefix: str, tag: str, root: str, me: str) -> tuple[str, list[str]
             return "", [f"{me}: warning: your user layer {layer} is not used: it was {why}, and repointing it over "
                         f"{build} failed ({exc.strerror}): run lightning-xpu user-env"]  # fmt: skip
         return layer, [f"{me}: note: your user layer {layer} now runs over {build} ({why})"]
+    return "", [f"{me}: warning: {refusal(layer, why, build)}"]
+
+
+def refusal(layer: str, why: str, build: str) -> str:
+    """Why the layer is not used over BUILD, and the fix (also `lightning-xpu doctor`'s)."""
     if why.startswith("it belongs to the install"):
         fix = "for this install, export LIGHTNING_XPU_USER_BASE=<another directory> and run lightning-xpu user-env"
     else:
         fix = f"run lightning-xpu user-env to move it over {build} (your packages stay)"
-    return "", [f"{me}: warning: your user layer {layer} is not used: {why}; {fix}"]
+    return f"your user layer {layer} is not used: {why}; {fix}"
 
 
 def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:

@@ -1,0 +1,161 @@
+"""Issue 27, "What to build" 3, entry-point side: what the setup script and `module load` write into the shared
+`.leases` of a `--shared-group` prefix never goes through a link another member planted there.
+
+`.leases` is group-writable and sticky (every member records leases there), so a member may plant a symbolic link at
+any name another member's entry point would write. The attacker here plants links, pointing at the victim's own
+files, at every name the victim's setup script and `module load` (real Lmod) could be predicted to write: the names
+an entry point used before (`<build>@<host>.pid-<shell pid>` and `.pid-<session id>`, learnt from the victim's
+running shell, as `ps` shows them to any account) and the same names with every random suffix an attacker could
+guess in advance (none: the suffix is new at every load). The victim then sources the setup script and loads the
+module; its files keep their content and mode, and its leases are recorded, its own, held and not world-writable.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.install import install_harness as h
+from tests.security.accounts import Accounts
+
+pytestmark = pytest.mark.security
+
+PRECIOUS = "the victim's own notes\n"
+
+
+def _lmod_init() -> str:
+    lmod = os.environ.get("LXPU_LMOD_INIT", h.LMOD_INIT)
+    from tests.conftest import require_service
+
+    require_service("lmod", os.path.isfile(lmod), f"no Lmod at {lmod}: run bash ci/services/install.sh")
+    return lmod
+
+
+def _victim_files(accounts: Accounts, names: list[str]) -> dict[Path, tuple[str, int]]:
+    """Files of the victim's (group-writable, so that a chmod go-w through a link would show), by path: (text, mode)."""
+    made = {}
+    for name in names:
+        path = accounts.victim.home / name
+        path.write_text(PRECIOUS)
+        os.chown(path, accounts.victim.uid, accounts.victim.gid)
+        path.chmod(0o664)
+        made[path] = (PRECIOUS, 0o664)
+    return made
+
+
+def _state(paths: dict[Path, tuple[str, int]]) -> dict[Path, tuple[str, int]]:
+    return {path: (path.read_text(), stat.S_IMODE(path.stat().st_mode)) for path in paths}
+
+
+def _victim_leases(prefix: Path, accounts: Accounts) -> list[dict[str, str]]:
+    """The regular files in .leases the victim owns, as key=value fields (plus their mode)."""
+    found = []
+    for path in (prefix / ".leases").iterdir():
+        info = path.lstat()
+        if stat.S_ISREG(info.st_mode) and info.st_uid == accounts.victim.uid:
+            fields = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+            found.append({**fields, "mode": oct(stat.S_IMODE(info.st_mode)), "name": path.name})
+    return found
+
+
+def test_planted_links_in_leases_change_no_victim_file(accounts: Accounts, fresh_prefix: Path) -> None:
+    prefix = fresh_prefix
+    build = os.path.realpath(prefix / h.TAG).rsplit("/", 1)[1]
+    host = os.uname().nodename
+    work = accounts.private_dir(accounts.victim, "entry-points")
+    targets = _victim_files(accounts, ["setup-target", "module-target", "random-target"])
+    before = _state(targets)
+    # The victim's shell says who it is, waits for the attacker, then uses both entry points (and stays, holding
+    # its leases, until the checks are done).
+    script = f"""
+read -r -a stat </proc/$$/stat
+echo "$$ ${{stat[5]}}" >{h.q(work / 'ids')}
+while [ ! -e {h.q(work / 'go')} ]; do sleep 0.1; done
+source {h.q(prefix / f'lightning-setup-{h.TAG}.sh')} || echo "setup failed $?"
+source {h.q(_lmod_init())}
+module use {h.q(prefix / 'modulefiles')}
+module load lightning-xpu/{h.TAG} || echo "module failed $?"
+echo "root=$LIGHTNING_XPU_ROOT"
+touch {h.q(work / 'done')}
+while [ ! -e {h.q(work / 'end')} ]; do sleep 0.1; done
+"""
+    victim = subprocess.Popen(["runuser", "-u", accounts.victim.name, "--", "bash", "-c", script],
+                              env=accounts.env(accounts.victim), cwd=accounts.victim.home, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "ids").is_file() or not (work / "ids").read_text().strip():
+            assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()
+            time.sleep(0.1)
+        pid, session = (work / "ids").read_text().split()
+        # Every predictable name, and guesses of the random part, each a link to one of the victim's files.
+        names = {f"{build}@{host}.pid-{pid}": "setup-target", f"{build}@{host}.pid-{session}": "module-target"}
+        for holder in (f"pid-{pid}", f"pid-{session}"):
+            for guess in ("00000000", "ffffffff", "0", ""):
+                names[f"{build}@{host}.{holder}.{guess}".rstrip(".")] = "random-target"
+        plant = "\n".join(f"ln -sfn {h.q(accounts.victim.home / target)} {h.q(prefix / '.leases' / name)}"
+                          for name, target in names.items())  # fmt: skip
+        planted = accounts.run(accounts.attacker, f"set -e\n{plant}")
+        assert planted.returncode == 0, planted.stderr
+        (work / "go").touch()
+        while not (work / "done").exists():
+            assert victim.poll() is None and time.monotonic() < deadline + 60, victim.communicate()
+            time.sleep(0.1)
+        assert _state(targets) == before, "a victim's file changed through a link planted in .leases"
+        leases = _victim_leases(prefix, accounts)
+        assert {lease["what"] for lease in leases} == {"setup-script", "module"}, leases
+        for lease in leases:
+            assert lease["build"] == build and lease["user"] == accounts.victim.name, lease
+            assert lease["mode"] == "0o644" and lease.get("held") == "flock", lease
+            assert lease["name"] not in names, lease
+        for name in names:  # the attacker's links are still what they were: nothing wrote through or over them
+            assert (prefix / ".leases" / name).is_symlink()
+    finally:
+        (work / "end").touch()
+        out, err = victim.communicate(timeout=60)
+    assert "failed" not in out and f"root={prefix}/.envs/{build}" in out, out + err
+
+
+def test_leases_are_never_world_writable_and_name_their_user(accounts: Accounts, fresh_prefix: Path) -> None:
+    """`sh` with umask 000 and no USER (a cron job, say): the module's and the setup script's leases are 0644 and
+    name the account that wrote them."""
+    prefix = fresh_prefix
+    script = f"""
+umask 000
+. {h.q(os.path.join(os.path.dirname(_lmod_init()), 'sh'))}
+module use {h.q(prefix / 'modulefiles')}
+module load lightning-xpu/{h.TAG} || echo "module failed $?"
+bash -c 'umask 000; source "$SETUP" || echo "setup failed $?"'
+"""
+    env = {key: value for key, value in accounts.env(accounts.victim).items() if key not in ("USER", "LOGNAME")}
+    env["SETUP"] = str(prefix / f"lightning-setup-{h.TAG}.sh")
+    done = subprocess.run(["runuser", "-u", accounts.victim.name, "--", "sh", "-c", script], env=env,
+                          cwd=accounts.victim.home, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0 and "failed" not in done.stdout, done.stdout + done.stderr
+    leases = _victim_leases(prefix, accounts)
+    assert {lease["what"] for lease in leases} == {"setup-script", "module"}, leases
+    for lease in leases:
+        assert lease["mode"] == "0o644" and lease["user"] == accounts.victim.name, lease
+
+
+@pytest.mark.parametrize("entry", ["setup script", "module"])
+def test_a_member_cannot_read_or_replace_the_victims_lease(
+    accounts: Accounts, fresh_prefix: Path, entry: str
+) -> None:
+    """The victim's lease, once written, is its own: the sticky .leases keeps the attacker from removing or
+    replacing it (so that the flock line, which opens it by name, opens the victim's file)."""
+    prefix = fresh_prefix
+    load = h.load_line(entry, prefix, h.TAG)
+    done = accounts.run(accounts.victim, f"{load} >/dev/null 2>&1; echo loaded")
+    assert "loaded" in done.stdout, done.stdout + done.stderr
+    (lease,) = [p for p in (prefix / ".leases").iterdir() if p.lstat().st_uid == accounts.victim.uid]
+    text = lease.read_text()
+    attack = accounts.run(accounts.attacker, f"rm -f {h.q(lease)}; mv -f {h.q(lease)} {h.q(lease)}.x; "
+                                             f"echo forged >>{h.q(lease)}; true")  # fmt: skip
+    assert lease.is_file() and not lease.is_symlink() and lease.read_text() == text, attack.stderr
