@@ -176,10 +176,13 @@ import site
 import sys
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAYER = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+
+
 def _root():
-    layer = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     try:
-        with open(os.path.join(layer, "lightning-xpu-layer")) as handle:
+        with open(os.path.join(LAYER, "lightning-xpu-layer")) as handle:
             record = dict(line.split("=", 1) for line in handle.read().splitlines() if "=" in line)
     except OSError:
         return None
@@ -208,7 +211,12 @@ def _add(root):
                 site.addsitedir(directory)
 
 
-_add(_root())
+if os.path.realpath(sys.prefix) == os.path.realpath(LAYER):
+    _add(_root())
+elif os.path.realpath(os.environ.get("VIRTUAL_ENV") or "/") != os.path.realpath(LAYER):
+    # Read as the user site of another interpreter (PYTHONUSERBASE is the layer's path, for `pip install --user`
+    # in a conda build) that the module or setup script did not put over this layer: it stays out.
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry) != HERE]
 """
 
 
