@@ -23,6 +23,8 @@ import pytest
 
 from tests.install import install_harness as h
 
+pytestmark = [pytest.mark.install, pytest.mark.lmod]
+
 REPO = h.REPO
 sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
 from lxpu_engine import pins  # noqa: E402
