@@ -6,7 +6,8 @@ under LXPU_TEST_PREBUILT: about a second per run) into prefixes of its own, make
 `--prune --keep 0`, `--rollback`, a second prefix of the same tag, a rebuild with other pins) and runs the user's
 shells through the real module (Lmod) and setup script. The prebuilt environment sees torch and Lightning through a
 .pth file in its own site-packages, so a layer that still points at a removed build fails as it does on a real
-install: `No module named 'torch'`.
+install: `No module named 'torch'`. And what the module leaves behind after `--uninstall` (Why 8): nothing, once
+unloaded.
 """
 
 from __future__ import annotations
@@ -154,3 +155,35 @@ def test_a_layer_over_other_pins_is_refused_until_moved(site: Site, tmp_path: Pa
                        f"{PROBE}")  # fmt: skip
     assert f"venv={site.home}/.local/lightning-xpu/{h.TAG}" in moved.stdout, moved.stdout + moved.stderr
     assert _sees(moved) == [new] and "your user layer" not in moved.stderr, moved.stdout + moved.stderr
+
+
+def test_module_unload_after_uninstall_removes_what_the_load_set(site: Site, tmp_path: Path) -> None:
+    """`--uninstall` while a shell has the module loaded: the module is no longer offered, and `module unload` in
+    that shell still removes every variable the load set; the last build's prune removes the modulefile."""
+    prefix = tmp_path / "prefix"
+    site.install(prefix)
+    go, out = tmp_path / "go", tmp_path / "shell.out"
+    shell = subprocess.Popen(
+        ["bash", "-c", f"{h.load_line('module', prefix, h.TAG)}\necho loaded\n"
+                       f"while [ ! -e {h.q(go)} ]; do sleep 0.2; done\n"
+                       f"module unload lightning-xpu/{h.TAG}; echo unloaded=$?\n"
+                       'env | grep -E "^(LIGHTNING_XPU_ROOT|VIRTUAL_ENV|PYTHONUSERBASE)=" || :\n'
+                       'echo "path=$PATH"\nmodule -t avail lightning-xpu 2>&1 | sed "s/^/avail /"'],
+        env=site.user_env(), cwd=site.home, stdout=out.open("w"), stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "loaded" not in out.read_text():
+            assert shell.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+        site.install(prefix, "--uninstall")
+        go.touch()
+        assert shell.wait(timeout=120) == 0, out.read_text()
+    finally:
+        shell.kill()
+    said = out.read_text()
+    assert "unloaded=0" in said and "LIGHTNING_XPU_ROOT=" not in said and "VIRTUAL_ENV=" not in said, said
+    assert "PYTHONUSERBASE=" not in said and "/.envs/" not in said.split("path=")[1].split("\n")[0], said
+    assert f"avail lightning-xpu/{h.TAG}" not in said, said
+    site.install(prefix, "--prune", "--keep", "0")
+    assert not (prefix / "modulefiles" / "lightning-xpu" / f"{h.TAG}.lua").exists()
+    assert not (prefix / "modulefiles" / "lightning-xpu" / ".modulerc.lua").exists()
