@@ -2,10 +2,14 @@
 
 The install writes this file next to the library, as .lightning-setup.lib.py (lxpu_engine/tagfiles.py), and the
 library runs it with the environment's own Python, `python -I -S .lightning-setup.lib.py PREFIX TAG SHELL_PID`,
-then evaluates the shell lines it prints (every value quoted). It pins the ONE build <prefix>/<TAG> points to now,
-as the modulefile body does; records the lease whose shared flock the shell then takes (the lease format is here,
-lease_text: the install's own lease uses it too; lxpu_engine/leases.py reads them); loads the site's modules; and
-sets the variables `module load` sets. It runs at every setup: standard library only, little of it, to start fast.
+then evaluates the shell lines it prints (every value quoted). The modulefile body runs it too, through Lmod's
+capture(), as `python -I -S .lightning-setup.lib.py --modulefile PREFIX TAG`, and reads `key=value` lines
+(modulefile_lines): one implementation of what both entry points write. It pins the ONE build <prefix>/<TAG> points
+to now; records the lease whose shared flock the shell then takes (created exclusively, create_lease; the lease
+format is here, lease_text: the install's own lease uses it too; lxpu_engine/leases.py reads them); decides on the
+user's layer (layer_verdict; `lightning-xpu user-env` and `doctor` load this file for the same rules); loads the
+site's modules; and sets the variables `module load` sets. It runs at every load: standard library only, little of
+it, to start fast.
 """
 
 from __future__ import annotations
@@ -317,7 +321,7 @@ def layer_verdict(layer: str, prefix: str, tag: str, root: str) -> tuple[str, st
 
 def _write_new(path: str, text: str) -> None:
     """Replace PATH by a new file (temporary name + rename: a reader sees the old file or the new one)."""
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = f"{path}.{host()}.{os.getpid()}.tmp"  # unique on a file system shared by nodes
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, text.encode())
@@ -327,7 +331,7 @@ def _write_new(path: str, text: str) -> None:
 
 
 def _link_new(path: str, target: str) -> None:
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = f"{path}.{host()}.{os.getpid()}.tmp"  # unique on a file system shared by nodes
     if os.path.lexists(temporary):
         os.remove(temporary)
     os.symlink(target, temporary)
