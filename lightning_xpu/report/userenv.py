@@ -81,6 +81,10 @@ def create(layer: Path, root: Path, prefix: Path, tag: str) -> str:
     if not python.exists():
         raise UserEnvError(f"no environment at {root}: load a lightning-xpu module or source its setup script first")
     record = lib.read_layer(str(layer)) if (layer / "pyvenv.cfg").is_file() else {}
+    why = lib.layer_verdict(str(layer), str(prefix), tag, str(root))[1] if record else ""
+    if why.startswith("it is not yours alone"):
+        raise UserEnvError(f"{layer}: {why}: export LIGHTNING_XPU_USER_BASE=<a directory only you can write> (also "
+                           "before each module load or setup script) and run lightning-xpu user-env again")
     if record and not lib.same_path(record.get("prefix", ""), str(prefix)):
         raise UserEnvError(f"{layer} belongs to the install {record['prefix']}, not {prefix}: for this install, "
                            "export LIGHTNING_XPU_USER_BASE=<another directory> (also before each module load or "

@@ -22,6 +22,7 @@ import pytest
 
 from tests.install import install_harness as h
 from tests.security.accounts import Accounts
+from tests.security.conftest import SharedInstall
 
 pytestmark = pytest.mark.security
 
@@ -150,3 +151,36 @@ bash -c 'umask 000; source "$SETUP" || echo "setup failed $?"'
     for lease in leases:
         assert lease["mode"] == "0o644" and lease["user"] == accounts.victim.name, lease
 
+
+
+def test_a_layer_planted_by_another_account_is_never_used(accounts: Accounts, shared_install: SharedInstall) -> None:
+    """A LIGHTNING_XPU_USER_BASE other members can write (a project directory, say) where the attacker made the
+    victim's layer first, recording the victim's install and build: the victim's module and setup script leave it
+    out in one line, and none of its code runs in the victim's Python."""
+    prefix = shared_install.prefix
+    build = os.path.realpath(prefix / h.TAG).rsplit("/", 1)[1]
+    base = accounts.base / "project layers"
+    base.mkdir(mode=0o3777)
+    base.chmod(0o3777)
+    owned = accounts.victim.home / "owned-by-attacker"
+    layer = base / h.TAG
+    record = "".join(f"{key}={value}\\n" for key, value in
+                     (("prefix", prefix), ("tag", h.TAG), ("build", build), ("python", "3.11"), ("pins", "none")))
+    plant = f"""set -e
+"{prefix / h.TAG}/bin/python" -m venv --without-pip {h.q(layer)}
+printf '{record}' >{h.q(layer / 'lightning-xpu-layer')}
+for sites in {h.q(layer)}/lib/python3*/site-packages; do
+  echo "import os; open({str(owned)!r}, 'w').write('ran as ' + str(os.getuid()))" >"$sites/aaa_planted.pth"
+done
+chmod -R a+rwX {h.q(layer)}
+"""
+    planted = accounts.run(accounts.attacker, plant)
+    assert planted.returncode == 0, planted.stderr
+    for entry in ("setup script", "module"):
+        done = accounts.run(accounts.victim, f"{h.load_line(entry, prefix, h.TAG)}\necho venv=$VIRTUAL_ENV\n"
+                                             "python -c 'import lightning_xpu'",
+                            env=accounts.env(accounts.victim, LIGHTNING_XPU_USER_BASE=str(base)))  # fmt: skip
+        assert done.returncode == 0 and f"venv={prefix}/.envs/{build}" in done.stdout, done.stdout + done.stderr
+        said = " ".join(done.stderr.split())
+        assert "your user layer" in said and "is not yours alone" in said, said
+        assert not owned.exists(), f"the attacker's layer ran in the victim's {entry}"

@@ -299,6 +299,11 @@ def layer_verdict(layer: str, prefix: str, tag: str, root: str) -> tuple[str, st
     Python and pins); any other is refused, and `lightning-xpu user-env` moves it over ROOT."""
     if not os.path.isfile(f"{layer}/pyvenv.cfg"):
         return "none", "no user layer"
+    # Its code runs in every Python this shell starts: only a layer of this account's own, that nobody else may
+    # write into, is used (a LIGHTNING_XPU_USER_BASE another account can write could hold a layer of theirs).
+    info = os.stat(layer)
+    if info.st_uid != os.getuid() or info.st_mode & 0o002:
+        return "refuse", f"it is not yours alone (owner uid {info.st_uid}, mode {info.st_mode & 0o7777:o})"
     record, build = read_layer(layer), os.path.basename(root)
     if not record:
         return "refuse", "it records no lightning-xpu build"
@@ -381,6 +386,8 @@ def refusal(layer: str, why: str, build: str) -> str:
     """Why the layer is not used over BUILD, and the fix (also `lightning-xpu doctor`'s)."""
     if why.startswith("it belongs to the install"):
         fix = "for this install, export LIGHTNING_XPU_USER_BASE=<another directory> and run lightning-xpu user-env"
+    elif why.startswith("it is not yours alone"):
+        fix = "export LIGHTNING_XPU_USER_BASE=<a directory only you can write> and run lightning-xpu user-env"
     else:
         fix = f"run lightning-xpu user-env to move it over {build} (your packages stay)"
     return f"your user layer {layer} is not used: {why}; {fix}"
