@@ -67,6 +67,9 @@ def doctor_report() -> Report:
         report.checks.append(Check("patches", FAIL if missing else PASS,
                                    f"expected but not applied: {', '.join(missing)}" if missing
                                    else f"{sum(r.applied for r in rows)} applied"))
+    from lightning_xpu.report.userenv import layer_check
+
+    report.checks.append(layer_check())
     return report
 
 

@@ -79,10 +79,15 @@ if mode() == "load" then
 end
 
 local root = pathJoin(prefix, tag)
+local user_layer = nil
 -- BEGIN build pinning and lease (docs/architecture.md "Install layout"; lxpu_engine/leases.py): resolve
--- <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this job, and
--- record a lease <prefix>/.leases/<build>@<host>.<job> that keeps installs, --prune and --uninstall from removing
--- that build while the job or shell lives (in bash and zsh the shell and its children hold a shared flock on it).
+-- <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this job, record a
+-- lease <prefix>/.leases/<build>@<host>.<job>.<random> that keeps installs, --prune and --uninstall from removing
+-- that build while the job or shell lives (in bash and zsh the shell and its children hold a shared flock on it),
+-- and find the user layer. At load the setup library's Python half does all three, as for the setup script
+-- (<prefix>/.lightning-setup.lib.py, lxpu_engine/setup_lib.py: one implementation, which creates the lease
+-- exclusively, never through a link another account planted in a shared .leases); unload undoes exactly what was
+-- loaded, from the environment alone (the build and the layer may be gone by then).
 do
   local function follow(path)
     for _ = 1, 8 do
@@ -93,49 +98,45 @@ do
     end
     return path
   end
-  local loaded = os.getenv("LIGHTNING_XPU_ROOT") or ""
-  if mode() == "unload" and loaded:sub(1, #prefix + 7) == prefix .. "/.envs/" then
-    root = loaded -- unload exactly what was loaded, wherever the link points now
-  elseif mode() ~= "unload" then
-    root = follow(root)
-  end
-  local build = root:match("/%.envs/([^/]+)$")
   local holds_fd = myShellName() == "bash" or myShellName() == "zsh"
-  if mode() == "unload" and holds_fd then
-    execute{cmd = "[ -z \"${__lxpu_lease_fd:-}\" ] || { exec {__lxpu_lease_fd}<&-; unset __lxpu_lease_fd; }",
-      modeA = {"unload"}}
-  end
-  if mode() == "load" and build and isFile(pathJoin(root, "bin/python")) then
-    local function first_line(path)
-      local f = io.open(path, "r")
-      local line = f and f:read("*l")
-      if f then f:close() end
-      return line
+  if mode() == "unload" then
+    local loaded = os.getenv("LIGHTNING_XPU_ROOT") or ""
+    if loaded:sub(1, #prefix + 7) == prefix .. "/.envs/" then
+      root = loaded -- unload exactly what was loaded, wherever the link points now
     end
-    local host = first_line("/proc/sys/kernel/hostname") or "unknown-host"
-    -- outside a scheduler the lease is the session leader's (field 6 of /proc/self/stat, after "(comm)")
-    local pid = (first_line("/proc/self/stat") or ""):match("%) %S+ %S+ %S+ (%S+)") or ""
-    local scheduler = os.getenv("SLURM_JOB_ID") and "slurm" or os.getenv("PBS_JOBID") and "pbs"
-    local id = scheduler and os.getenv(scheduler == "slurm" and "SLURM_JOB_ID" or "PBS_JOBID")
-    local job, name = scheduler and scheduler .. ":" .. id or "", scheduler and scheduler .. "-" .. id or "pid-" .. pid
-    local leases = pathJoin(prefix, ".leases")
-    if not isDir(leases) then lfs.mkdir(leases) end
-    local lease = pathJoin(leases, build .. "@" .. host .. "." .. name)
-    local f = io.open(lease, "w")
-    if f then
-      f:write("build=" .. build .. "\nhost=" .. host .. "\njob=" .. job .. "\ncluster="
-        .. (os.getenv("SLURM_CLUSTER_NAME") or "") .. "\npid=" .. pid .. "\nuser=" .. (os.getenv("USER") or "")
-        .. "\ncreated=" .. os.time() .. "\nwhat=module\n")
-      f:close()
-      if holds_fd then
-        execute{cmd = "{ chmod go-w " .. quoted(lease) .. " && exec {__lxpu_lease_fd}<" .. quoted(lease)
-          .. " && flock -s \"$__lxpu_lease_fd\" && echo held=flock >>" .. quoted(lease) .. "; } 2>/dev/null || :",
-          modeA = {"load"}}
+    -- The layer is in use when VIRTUAL_ENV names it (the load put it last).
+    local layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
+      or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)
+    if os.getenv("VIRTUAL_ENV") == layer then user_layer = layer end
+    if holds_fd then
+      execute{cmd = "[ -z \"${__lxpu_lease_fd:-}\" ] || { exec {__lxpu_lease_fd}<&-; unset __lxpu_lease_fd; }",
+        modeA = {"unload"}}
+    end
+  elseif mode() == "load" and isFile(pathJoin(root, "bin/python")) then
+    -- Lmod's capture() clears LD_LIBRARY_PATH and LD_PRELOAD: give the Python the user's (a site's Python may
+    -- need its libraries).
+    local function assign(name) return name .. "=" .. quoted(os.getenv(name) or "") .. " " end
+    local out = capture(assign("LD_LIBRARY_PATH") .. assign("LD_PRELOAD") .. quoted(pathJoin(root, "bin/python"))
+      .. " -I -S " .. quoted(pathJoin(prefix, ".lightning-setup.lib.py")) .. " --modulefile " .. quoted(prefix)
+      .. " " .. quoted(tag) .. " 2>&1") or ""
+    local pinned = nil
+    for line in out:gmatch("[^\n]+") do
+      local key, value = line:match("^(%a+)=(.*)$")
+      if key == "root" then pinned = value
+      elseif key == "layer" then user_layer = value
+      elseif key == "say" then LmodMessage(value)
+      elseif key == "flock" and holds_fd then execute{cmd = value, modeA = {"load"}}
+      elseif key ~= "flock" then LmodMessage("lightning-xpu/" .. tag .. ": " .. line)
       end
-    else
-      LmodMessage("lightning-xpu/" .. tag .. ": warning: cannot record a lease in " .. leases
-        .. ": a --prune or --uninstall may remove " .. build .. " while you use it")
     end
+    if not pinned then
+      LmodError("lightning-xpu/" .. tag .. ": " .. quoted(pathJoin(root, "bin/python")) .. " cannot run the "
+        .. "setup library " .. quoted(pathJoin(prefix, ".lightning-setup.lib.py")) .. ": rerun " .. install_job
+        .. " --variant " .. variant .. " --force --prefix " .. quoted(prefix))
+    end
+    root = pinned
+  else
+    root = follow(root)
   end
 end
 -- END build pinning and lease
@@ -187,9 +188,8 @@ end
 if pinned_here("PIP_CONSTRAINT") then pushenv("PIP_CONSTRAINT", with_pins("PIP_CONSTRAINT")) end
 if pinned_here("UV_CONSTRAINT") then pushenv("UV_CONSTRAINT", with_pins("UV_CONSTRAINT")) end
 -- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py): its bin/ first.
-local user_layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
-  or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)
-if isFile(pathJoin(user_layer, "pyvenv.cfg")) then
+-- Whether to use it (its prefix and build, lxpu_engine/setup_lib.py layer_verdict) the Python half said at load.
+if user_layer then
   prepend_path("PATH", pathJoin(user_layer, "bin"))
   pushenv("VIRTUAL_ENV", user_layer)
 end

@@ -506,8 +506,11 @@ def test_uninstall_keeps_builds_in_use_and_other_versions(
     assert result.returncode == 0, result.output
     assert f"kept 1 in use: {b}" in result.last_line
     assert builds(prefix) == sorted([b, other_build])
-    for gone in (h.TAG, f"lightning-setup-{h.TAG}.sh", f"modulefiles/lightning-xpu/{h.TAG}.lua"):
+    for gone in (h.TAG, f"lightning-setup-{h.TAG}.sh"):
         assert not (prefix / gone).exists() and not (prefix / gone).is_symlink(), gone
+    # The modulefile stays for `module unload` in the shells that loaded it, hidden from `module avail`.
+    hidden = prefix / "modulefiles" / "lightning-xpu" / ".modulerc.lua"
+    assert f'hide_version("lightning-xpu/{h.TAG}")' in hidden.read_text()
     assert target(prefix, "2.13") == other_build and (prefix / "lightning-setup-2.13.sh").is_file()
     # The other version keeps the shared code its modulefile and setup script call.
     assert (prefix / h.MODULEFILE_BODY).is_file() and (prefix / h.SETUP_LIBRARY_NAME).is_file()
@@ -518,6 +521,7 @@ def test_uninstall_keeps_builds_in_use_and_other_versions(
     holder.wait()
     result = run(pre, prefix, "--prune", "--keep", "0")
     assert result.returncode == 0 and builds(prefix) == [other_build], result.output
+    assert not (prefix / f"modulefiles/lightning-xpu/{h.TAG}.lua").exists() and not hidden.exists()
     # Installing again starts afresh.
     result = run(pre, prefix)
     assert result.returncode == 0 and "installed" in result.last_line, result.output

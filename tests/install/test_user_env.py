@@ -23,6 +23,8 @@ import pytest
 
 from tests.install import install_harness as h
 
+pytestmark = [pytest.mark.install, pytest.mark.lmod]
+
 REPO = h.REPO
 sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
 from lxpu_engine import pins  # noqa: E402
@@ -61,7 +63,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     prefix, own = work / "shared prefix", work / "own prefix"
     for place in (prefix, own):
         place.mkdir()
-        root = h.make_prebuilt_env(place / tag, REPO)
+        # Laid out as an install leaves it: the build under .envs, <prefix>/<tag> a link to it (a layer belongs
+        # to a prefix and records its build).
+        root = h.make_prebuilt_env(place / ".envs" / f"{tag}.20260101T000000-1", REPO)
+        (place / tag).symlink_to(f".envs/{root.name}")
         # As the install's hook step does: the pins and the guard in front of the environment's pip and uv.
         assert pins.main(["write", str(root), "--python", str(root / "bin" / "python")]) == 0
         h.write_tag_files(place)
@@ -77,8 +82,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     setup = f"lightning-setup-{tag}.sh"
-    return {"prefix": prefix, "root": prefix / tag, "own": own, "tag": tag, "setup": setup, "wheels": wheels,
-            "work": work}
+    return {"prefix": prefix, "root": prefix / os.readlink(prefix / tag), "own": own, "tag": tag, "setup": setup,
+            "wheels": wheels, "work": work}
 
 
 def test_pins_are_derived_from_the_installed_distributions(world: dict[str, Path | str]) -> None:

@@ -12,7 +12,7 @@ import time
 
 from lxpu_engine.builds import builds, complete, reached_publishing, recorded_previous, size_of
 from lxpu_engine.cleanup import install_leases, remove_build, unpublished
-from lxpu_engine.entrypoints import tag_entry_points
+from lxpu_engine.entrypoints import set_modulefile_hidden, tag_entry_points
 from lxpu_engine.leases import live_leases, remove_stale_leases
 from lxpu_engine.links import check_previous, real_directory, set_link
 from lxpu_engine.nofollow import write_file
@@ -101,8 +101,17 @@ def _remove_unprotected(state: State) -> tuple[list[str], list[str]]:
     return removed, kept
 
 
+def _drop_uninstalled_modulefile(state: State) -> None:
+    """The modulefile --uninstall kept (hidden) for the shells that had loaded it goes with the tag's last build."""
+    if os.path.lexists(f"{state.prefix}/{state.tag}") or builds(state):
+        return
+    run(state, "rm", "-f", tag_entry_points(state)[1])
+    set_modulefile_hidden(state, False)
+
+
 def prune(state: State) -> str:
     removed, kept = _remove_unprotected(state)
+    _drop_uninstalled_modulefile(state)
     result = f"pruned: removed {len(removed)} build(s)" + (f" ({' '.join(removed)})" if removed else "")
     return result + f"; kept {len(kept)}" + (f": {', '.join(kept)}" if kept else "")
 
@@ -110,12 +119,19 @@ def prune(state: State) -> str:
 def uninstall(state: State) -> str:
     marker = f"{state.envs}/{state.tag}.uninstalled"
     # New loads stop first; jobs that loaded a build keep it through their lease.
-    setup, modulefile = tag_entry_points(state)
+    setup = tag_entry_points(state)[0]
     links = [f"{state.prefix}/{state.tag}", f"{state.envs}/{state.tag}.previous"]
-    run(state, "rm", "-f", setup, modulefile, *[link for link in links if not real_directory(link)])
+    # The modulefile stays, hidden, while a build is kept for the shells and jobs that use it: `module unload` runs
+    # it again to undo the load (a missing file leaves every variable set). The last build's removal removes it.
+    set_modulefile_hidden(state, True)
+    run(state, "rm", "-f", setup, *[link for link in links if not real_directory(link)])
     state.set("current", "")
     removed, kept = _remove_unprotected(state)
-    result = f"uninstalled (setup script, modulefile and links removed; removed {len(removed)} build(s)"
+    if not kept:
+        _drop_uninstalled_modulefile(state)
+    entry = "setup script, modulefile and links removed" if not kept else (
+        "setup script and links removed, modulefile hidden until its last build goes")
+    result = f"uninstalled ({entry}; removed {len(removed)} build(s)"
     if not kept:
         if not state.dry and os.path.lexists(marker):
             os.remove(marker)

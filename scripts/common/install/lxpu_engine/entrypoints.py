@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lxpu_engine.state import State, fail, quote, say, warn
 from lxpu_engine.tagfiles import (
+    MODULE_DIR,
     SETUP_HELPER,
     SETUP_HELPER_NAME,
     VALIDATION_LIBRARY_NAME,
@@ -74,8 +75,34 @@ def _walk(top: str) -> list[str]:
     return found
 
 
+def set_modulefile_hidden(state: State, hidden: bool) -> None:
+    """Hide the tag's modulefile from `module avail` (Lmod's hide_version, in the .modulerc.lua of the prefix's
+    modulefiles/lightning-xpu), or show it again. --uninstall keeps the modulefile of a tag whose builds are still
+    in use, hidden: Lmod unloads a module by running its file again, and when the file is gone it drops the module
+    silently and leaves every variable the load set."""
+    path = f"{state.prefix}/{MODULE_DIR}/.modulerc.lua"
+    line = f'hide_version("lightning-xpu/{state.tag}")'
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    wanted = [other for other in lines if other != line] + ([line] if hidden else [])
+    if wanted == lines:
+        return
+    say(f"+ {'hide' if hidden else 'show'} lightning-xpu/{state.tag} in {quote(path)}")
+    if state.dry:
+        return
+    if wanted:
+        write_atomic(Path(path), "".join(f"{other}\n" for other in wanted), 0o644)
+        share_permissions(state, path)
+    else:
+        os.remove(path)
+
+
 def write_entry_points(state: State) -> None:
     setup, modulefile = tag_entry_points(state)
+    set_modulefile_hidden(state, False)
     for target, source in _shared_code(state).items():
         say(f"+ write {quote(target)}")
         if not state.dry:
