@@ -181,20 +181,24 @@ def test_slurm_detect_is_false_under_mpiexec_in_sbatch(fabric, monkeypatch) -> N
 
 
 @pytest.mark.parametrize("fabric", FABRIC_PACKAGES)
-def test_srun_not_used_warning_does_not_misfire_under_mpiexec(fabric, monkeypatch, tmp_path) -> None:
-    """Under mpiexec on a machine with Slurm installed, Lightning says to prepend srun."""
+@pytest.mark.parametrize(("launched", "plain"), [("MPICH", None), ("SALLOC_SRUN", "SALLOC_SHELL")],
+                         ids=["mpiexec", "srun-in-an-interactive-job"])
+def test_srun_not_used_warning_does_not_misfire(fabric, launched, plain, monkeypatch, tmp_path) -> None:
+    """Lightning says to prepend srun on a machine with Slurm installed: under mpiexec, and under srun in a job
+    named `interactive` (salloc), where it takes srun for "not used". Where no launcher (or python in the salloc
+    shell) started the process, Lightning's warning stays."""
     fake_srun = tmp_path / "srun"
     fake_srun.write_text("#!/bin/sh\n")
     fake_srun.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    launches.launch(monkeypatch, launches.MPICH)
+    launches.launch(monkeypatch, getattr(launches, launched))
     slurm = _environments(fabric).SLURMEnvironment
     with pytest.warns(UserWarning, match="`srun` command is available on your system but is not used"):
         original_of(slurm, "_validate_srun_used")()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         slurm._validate_srun_used()
-    launches.launch(monkeypatch, {})  # no launcher at all: Lightning's warning stays
+    launches.launch(monkeypatch, getattr(launches, plain) if plain else {})
     with pytest.warns(UserWarning, match="is not used"):
         slurm._validate_srun_used()
 
@@ -225,21 +229,3 @@ def test_without_a_step_of_several_tasks_lightning_starts_the_processes(kind, mo
     launches.launch(monkeypatch, environ)
     env = _chosen(kind, module)
     assert type(env).__name__ == "LightningEnvironment" and not env.creates_processes_externally
-
-
-@pytest.mark.parametrize("fabric", FABRIC_PACKAGES)
-def test_srun_not_used_warning_does_not_misfire_under_srun_in_an_interactive_job(fabric, monkeypatch, tmp_path) -> None:
-    fake_srun = tmp_path / "srun"
-    fake_srun.write_text("#!/bin/sh\n")
-    fake_srun.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    launches.launch(monkeypatch, launches.SALLOC_SRUN)
-    slurm = _environments(fabric).SLURMEnvironment
-    with pytest.warns(UserWarning, match="`srun` command is available on your system but is not used"):
-        original_of(slurm, "_validate_srun_used")()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        slurm._validate_srun_used()
-    launches.launch(monkeypatch, launches.SALLOC_SHELL)  # python in the salloc shell: Lightning's warning stays
-    with pytest.warns(UserWarning, match="is not used"):
-        slurm._validate_srun_used()
