@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import install_harness as h
@@ -51,6 +53,25 @@ class Site:
         return subprocess.run(["bash", "-c", script], env=self.user_env(), cwd=self.home, capture_output=True,
                               text=True, timeout=300, check=False)  # fmt: skip
 
+    @contextmanager
+    def held_shell(self, load: str, then: str, out: Path) -> Iterator[Callable[[], str]]:
+        """A shell that runs `load`, then waits (the job that keeps its build) until the caller's block ends, then
+        runs `then`; the block starts once the load is done. Yields what the shell printed, once it has ended."""
+        go = out.with_suffix(".go")
+        shell = subprocess.Popen(
+            ["bash", "-c", f"{load}\necho loaded\nwhile [ ! -e {h.q(go)} ]; do sleep 0.2; done\n{then}"],
+            env=self.user_env(), cwd=self.home, stdout=out.open("w"), stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while "loaded" not in out.read_text():
+                assert shell.poll() is None and time.monotonic() < deadline, out.read_text()
+                time.sleep(0.2)
+            yield out.read_text
+            go.touch()
+            assert shell.wait(timeout=120) == 0, out.read_text()
+        finally:
+            shell.kill()
+
     def make_layer(self, entry: str, prefix: Path) -> None:
         done = self.shell(f"{h.load_line(entry, prefix, h.TAG)}\npython -m lightning_xpu user-env")
         assert done.returncode == 0 and "user layer" in done.stdout, done.stdout + done.stderr
@@ -75,24 +96,11 @@ def test_layer_after_a_rebuild_and_prune(site: Site, tmp_path: Path, entry: str)
     first = site.install(prefix)
     site.make_layer(entry, prefix)
     second = site.install(prefix, "--force")
-    go, out = tmp_path / "go", tmp_path / "job.out"
-    job = subprocess.Popen(
-        ["bash", "-c", f"{h.load_line(entry, prefix, h.TAG)}\necho loaded\n"
-                       f"while [ ! -e {h.q(go)} ]; do sleep 0.2; done\n{PROBE}"],
-        env=site.user_env(), cwd=site.home, stdout=out.open("w"), stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while "loaded" not in out.read_text():
-            assert job.poll() is None and time.monotonic() < deadline, out.read_text()
-            time.sleep(0.2)
+    with site.held_shell(h.load_line(entry, prefix, h.TAG), PROBE, tmp_path / "job.out") as printed:
         third = site.install(prefix, "--force")
         site.install(prefix, "--prune", "--keep", "0")
         assert not (prefix / ".envs" / first).exists(), "the prune was to remove the layer's first build"
-        go.touch()
-        assert job.wait(timeout=120) == 0, out.read_text()
-    finally:
-        job.kill()
-    said = out.read_text()
+    said = printed()
     assert f"sees {second}" in said, said  # the build the job pinned (and leased), nothing else
     new = site.shell(f"{h.load_line(entry, prefix, h.TAG)}\n{PROBE}")
     assert new.returncode == 0 and _sees(new) == [third], new.stdout + new.stderr
@@ -162,25 +170,12 @@ def test_module_unload_after_uninstall_removes_what_the_load_set(site: Site, tmp
     that shell still removes every variable the load set; the last build's prune removes the modulefile."""
     prefix = tmp_path / "prefix"
     site.install(prefix)
-    go, out = tmp_path / "go", tmp_path / "shell.out"
-    shell = subprocess.Popen(
-        ["bash", "-c", f"{h.load_line('module', prefix, h.TAG)}\necho loaded\n"
-                       f"while [ ! -e {h.q(go)} ]; do sleep 0.2; done\n"
-                       f"module unload lightning-xpu/{h.TAG}; echo unloaded=$?\n"
-                       'env | grep -E "^(LIGHTNING_XPU_ROOT|VIRTUAL_ENV|PYTHONUSERBASE)=" || :\n'
-                       'echo "path=$PATH"\nmodule -t avail lightning-xpu 2>&1 | sed "s/^/avail /"'],
-        env=site.user_env(), cwd=site.home, stdout=out.open("w"), stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while "loaded" not in out.read_text():
-            assert shell.poll() is None and time.monotonic() < deadline, out.read_text()
-            time.sleep(0.2)
+    then = (f"module unload lightning-xpu/{h.TAG}; echo unloaded=$?\n"
+            'env | grep -E "^(LIGHTNING_XPU_ROOT|VIRTUAL_ENV|PYTHONUSERBASE)=" || :\n'
+            'echo "path=$PATH"\nmodule -t avail lightning-xpu 2>&1 | sed "s/^/avail /"')
+    with site.held_shell(h.load_line("module", prefix, h.TAG), then, tmp_path / "shell.out") as printed:
         site.install(prefix, "--uninstall")
-        go.touch()
-        assert shell.wait(timeout=120) == 0, out.read_text()
-    finally:
-        shell.kill()
-    said = out.read_text()
+    said = printed()
     assert "unloaded=0" in said and "LIGHTNING_XPU_ROOT=" not in said and "VIRTUAL_ENV=" not in said, said
     assert "PYTHONUSERBASE=" not in said and "/.envs/" not in said.split("path=")[1].split("\n")[0], said
     assert f"avail lightning-xpu/{h.TAG}" not in said, said
