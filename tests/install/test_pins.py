@@ -27,7 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.install import install_harness as h
-from tests.install.test_user_env import _wheel
+from tests.install.test_user_env import _uv, _wheel
 
 sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
 from lxpu_engine import pins
@@ -47,11 +47,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("pins")
     prefix = work / "pre fix"
     prefix.mkdir()
-    root = h.make_prebuilt_env(prefix / h.TAG, h.REPO)
-    # As the install's hook step does: the pins, the guard in front of pip and uv, <env>/pip.conf.
-    assert pins.main(["write", str(root), "--python", str(root / "bin" / "python")]) == 0
-    h.write_tag_files(prefix)
-    h.add_shared_code(prefix)
+    root = h.laid_out_prefix(prefix)
     wheels = work / "wheels"
     wheels.mkdir()
     fabric = pins.read_constraints(root / pins.RELATIVE)["pytorch-lightning"]  # it ships lightning_fabric
@@ -186,14 +182,11 @@ run smoke python -m lightning_xpu validate --level smoke --only pinned_packages 
 
 
 def real_uv(request: pytest.FixtureRequest) -> str:
-    """LXPU_UV, uv on PATH, else the pinned uv the session's real install bootstrapped (as test_user_env._uv)."""
+    """LXPU_UV, uv on PATH, else the pinned uv of the session's real install (test_user_env._uv)."""
     found = os.environ.get("LXPU_UV") or shutil.which("uv")
     if found:
         return found
-    install = request.getfixturevalue("good_install")
-    found = next((str(p) for p in sorted(install.prefix.glob(".tools/uv-*/bin/uv"))), None)
-    assert found, f"no uv: not on PATH, LXPU_UV unset, none in {install.prefix}/.tools"
-    return found
+    return _uv(request.getfixturevalue("good_install"), request.getfixturevalue("tmp_path"))
 
 
 def test_uv_routes(world: dict[str, Any], request: pytest.FixtureRequest) -> None:

@@ -63,14 +63,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     prefix, own = work / "shared prefix", work / "own prefix"
     for place in (prefix, own):
         place.mkdir()
-        # Laid out as an install leaves it: the build under .envs, <prefix>/<tag> a link to it (a layer belongs
-        # to a prefix and records its build).
-        root = h.make_prebuilt_env(place / ".envs" / f"{tag}.20260101T000000-1", REPO)
-        (place / tag).symlink_to(f".envs/{root.name}")
-        # As the install's hook step does: the pins and the guard in front of the environment's pip and uv.
-        assert pins.main(["write", str(root), "--python", str(root / "bin" / "python")]) == 0
-        h.write_tag_files(place)
-        h.add_shared_code(place)
+        h.laid_out_prefix(place)
     wheels = work / "wheels"
     wheels.mkdir()
     _wheel(wheels, "lxpu-demo", "1.0")

@@ -15,7 +15,7 @@ from lxpu_engine.cleanup import install_leases, remove_build, unpublished
 from lxpu_engine.entrypoints import set_modulefile_hidden, tag_entry_points
 from lxpu_engine.leases import live_leases, remove_stale_leases
 from lxpu_engine.links import check_previous, real_directory, set_link
-from lxpu_engine.nofollow import write_file
+from lxpu_engine.setup_lib import write_file
 from lxpu_engine.state import State, bad_input, fail, run, say, warn
 
 

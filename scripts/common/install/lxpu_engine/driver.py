@@ -24,8 +24,8 @@ from lxpu_engine.admin import validate_action
 from lxpu_engine.build import stop_pack
 from lxpu_engine.cleanup import cleanup_failed_build, finish
 from lxpu_engine.installer import Installer
-from lxpu_engine.nofollow import create_exclusive
 from lxpu_engine.publish import after_publish_failure
+from lxpu_engine.setup_lib import create_exclusive
 from lxpu_engine.space import disk_full_reason, explain_failure, is_disk_full
 from lxpu_engine.state import State, Stop, end_step, say, seconds_since, start_step
 from lxpu_engine.steps import ADMIN_STEPS, EXTRA_TITLES, INSTALL_STEPS
@@ -51,7 +51,7 @@ class Log:
     signals that stop the install, so that the last line ("FAILED ... interrupted") still reaches the log."""
 
     def __init__(self, path: str) -> None:
-        # A new file, never through a link (lxpu_engine/nofollow.py); tee appends to this very file through its
+        # A new file, never through a link (setup_lib.create_exclusive); tee appends to this very file through its
         # descriptor, not by its name.
         fd = create_exclusive(path, 0o644)
         self.saved = (os.dup(1), os.dup(2))

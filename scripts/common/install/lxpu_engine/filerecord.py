@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from lxpu_engine.setup_lib import write_file
+
 _BLOCK = 1 << 20
 # hashlib releases the GIL while it hashes a block: threads use every core on a large tree.
 _THREADS = min(8, os.cpu_count() or 1)
@@ -116,12 +118,8 @@ def write(root: str, record: str, exclude: Iterable[str] = ()) -> str:
     writer = csv.writer(out, lineterminator="\n")
     for row in sorted(rows, key=lambda entry: entry.path):
         writer.writerow((row.path, row.digest, row.size))
-    text = out.getvalue().encode()
-    tmp = f"{record}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(text)
-    os.replace(tmp, record)
-    return hashlib.sha256(text).hexdigest()
+    write_file(record, out.getvalue())
+    return hashlib.sha256(out.getvalue().encode()).hexdigest()
 
 
 def read(record: str) -> dict[str, Entry]:

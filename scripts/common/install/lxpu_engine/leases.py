@@ -23,14 +23,13 @@ import grp
 import os
 import pwd
 import re
-import secrets
 import shutil
 import stat
 import subprocess
 import time
 from dataclasses import dataclass
 
-from lxpu_engine.setup_lib import host, lease_text, scheduler_job
+from lxpu_engine.setup_lib import create_unpredictable, host, lease_text, scheduler_job
 from lxpu_engine.state import State, command_output, fail, quote, say
 
 _MAX_LEASE = 65536  # a lease is a few short lines; more is not read
@@ -354,16 +353,14 @@ def new_install_lease(state: State) -> tuple[int, str]:
     group-writable .leases. Returns its descriptor (shared flock held: the lease is live from the moment it
     exists) and its path."""
     make_leases_dir(state)
-    for _ in range(8):
-        path = f"{state.prefix}/.leases/{state.env_name}@{host()}.{secrets.token_hex(8)}.install-{state['pid']}"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
-            continue
-        os.fchmod(fd, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        return fd, path
-    raise fail(state, f"could not create a lease in {state.prefix}/.leases: 8 random names were all taken; remove what is not a lease there, then rerun")  # noqa: E501
+    # The random part before .install-<pid>: cleanup's `*.install-<pid>` globs still find a killed run's.
+    try:
+        fd, path = create_unpredictable(
+            lambda random: f"{state.prefix}/.leases/{state.env_name}@{host()}.{random}.install-{state['pid']}")
+    except FileExistsError:
+        raise fail(state, f"could not create a lease in {state.prefix}/.leases: 8 random names were all taken; remove what is not a lease there, then rerun") from None  # noqa: E501
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd, path
 
 
 def take_install_lease(state: State) -> None:

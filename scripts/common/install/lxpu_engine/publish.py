@@ -31,7 +31,7 @@ from lxpu_engine.entrypoints import entry_points_current, share_permissions, wri
 from lxpu_engine.leases import new_install_lease, remove_stale_leases
 from lxpu_engine.links import check_previous, share_link
 from lxpu_engine.locking import RELOCK, lock, locked, open_lock_file
-from lxpu_engine.nofollow import write_file
+from lxpu_engine.setup_lib import write_file
 from lxpu_engine.state import State, Stop, fail, run, say, start_step
 
 

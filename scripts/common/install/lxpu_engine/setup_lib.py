@@ -20,7 +20,7 @@ import time
 
 TYPE_CHECKING = False  # not typing's: typing and collections.abc would cost every setup about 8 ms
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 _URL_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._~-")
 _HOPS = 8  # symbolic links followed from <prefix>/<tag>, as the modulefile body does
@@ -88,28 +88,65 @@ def user_name() -> str:
         return str(os.getuid())
 
 
-def create_lease(leases: str, build: str, holder: str, text: str) -> str:
-    """Create a new lease file in LEASES and return its path. In a --shared-group prefix .leases is writable by the
-    group (sticky: nobody removes another's file), so a member may plant a link at any name another user would write:
-    the file is created exclusively (O_EXCL: never an existing file, never through a link), under a name with a
-    random part (nothing to plant in advance), mode 0644 whatever the umask, and nothing is ever chmod'ed by path."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_exclusive(path: str, mode: int = 0o644) -> int:
+    """A new file at PATH (it must not exist, not even as a link: nothing planted there is followed), with exactly
+    MODE whatever the umask (fchmod of the descriptor, never a chmod of a path); its descriptor. The one way every
+    writer of this project creates a file where another account could have put something (the install's leases
+    and logs, lxpu_engine/; the entry points' leases; a user layer's files)."""
+    fd = os.open(path, _NEW, mode)
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_unpredictable(name: Callable[[str], str], mode: int = 0o644) -> tuple[int, str]:
+    """A new file (create_exclusive) at name(RANDOM), RANDOM 16 hex digits: no one can plant anything at it
+    beforehand. Its descriptor and path."""
     for _ in range(8):
-        path = f"{leases}/{build}@{host()}.{holder}.{os.urandom(4).hex()}"
+        path = name(os.urandom(8).hex())
         try:
-            fd = os.open(path, flags, 0o644)
+            return create_exclusive(path, mode), path
         except FileExistsError:
             continue
-        try:
-            os.fchmod(fd, 0o644)
-            os.write(fd, text.encode())
-        except OSError:
-            os.close(fd)
-            os.remove(path)
-            raise
+    raise FileExistsError(f"{os.path.dirname(name(''))}: 8 random names were all taken")
+
+
+def write_file(path: str, text: str, mode: int = 0o644) -> None:
+    """Replace PATH by a new file holding TEXT (an old file or link there is replaced, never followed): a temporary
+    file next to it, made exclusively, then renamed over it (a reader sees the old file or the new one)."""
+    temporary = f"{path}.{host()}.{os.getpid()}.tmp"  # unique on a file system shared by nodes
+    if os.path.lexists(temporary):
+        os.remove(temporary)
+    fd = create_exclusive(temporary, mode)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def create_lease(leases: str, build: str, holder: str, text: str) -> str:
+    """Create a new lease file in LEASES and return its path. In a --shared-group prefix .leases is writable by the
+    group (sticky: nobody removes another's file), so a member may plant a link at any name another user would
+    write: the file is new (create_unpredictable), mode 0644 whatever the umask."""
+    fd, path = create_unpredictable(lambda random: f"{leases}/{build}@{host()}.{holder}.{random}")
+    try:
+        os.write(fd, text.encode())
+    except OSError:
         os.close(fd)
-        return path
-    raise FileExistsError(f"{leases}: 8 random lease names taken")
+        os.remove(path)
+        raise
+    os.close(fd)
+    return path
 
 
 def lease_lines(prefix: str, root: str, pid: str, me: str, what: str, fd: str) -> tuple[str, list[str]]:
@@ -333,17 +370,6 @@ def layer_verdict(layer: str, prefix: str, tag: str, root: str) -> tuple[str, st
     return "repair", f"made over {record['build']}: same Python {python} and pins"
 
 
-def _write_new(path: str, text: str) -> None:
-    """Replace PATH by a new file (temporary name + rename: a reader sees the old file or the new one)."""
-    temporary = f"{path}.{host()}.{os.getpid()}.tmp"  # unique on a file system shared by nodes
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-
-
 def _link_new(path: str, target: str) -> None:
     temporary = f"{path}.{host()}.{os.getpid()}.tmp"  # unique on a file system shared by nodes
     if os.path.lexists(temporary):
@@ -362,16 +388,16 @@ def point_layer(layer: str, prefix: str, tag: str, root: str) -> None:
             lines = handle.read().splitlines()
         keys = [line.partition("=")[0].strip() for line in lines]
         values = {"home": home, "executable": f"{home}/python{python}"}
-        _write_new(config, "".join(f"{key} = {values[key]}\n" if key in values else f"{line}\n"
+        write_file(config, "".join(f"{key} = {values[key]}\n" if key in values else f"{line}\n"
                                    for key, line in zip(keys, lines)))  # fmt: skip
         _link_new(f"{layer}/bin/python{python}", f"{home}/python{python}")
     sites = f"{layer}/lib/python{python}/site-packages"
-    _write_new(f"{sites}/{LAYER_MODULE}.py", _LAYER_SITES)
-    _write_new(f"{sites}/{LAYER_PTH}", f"import {LAYER_MODULE}\n")
-    _write_new(f"{layer}/{LAYER_ENVIRONMENT}", f"{root}\n")
+    write_file(f"{sites}/{LAYER_MODULE}.py", _LAYER_SITES)
+    write_file(f"{sites}/{LAYER_PTH}", f"import {LAYER_MODULE}\n")
+    write_file(f"{layer}/{LAYER_ENVIRONMENT}", f"{root}\n")
     fields = {"prefix": prefix, "tag": tag, "build": os.path.basename(root), "python": python,
               "pins": build_pins(root)}  # fmt: skip
-    _write_new(f"{layer}/{LAYER_RECORD}", "".join(f"{key}={value}\n" for key, value in fields.items()))
+    write_file(f"{layer}/{LAYER_RECORD}", "".join(f"{key}={value}\n" for key, value in fields.items()))
 
 
 def layer_for(prefix: str, tag: str, root: str, me: str) -> tuple[str, list[str]]:
