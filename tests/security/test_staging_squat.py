@@ -74,7 +74,7 @@ def _pack(build: Path) -> str:
     """The build's image and pack.env (the fields lxpu_engine/pack.py records), readable by every account."""
     pack = build / "share" / "lightning-xpu" / "pack"
     pack.mkdir(parents=True, exist_ok=True)
-    image = pack.parent / "env.tar.gz.tmp"
+    image = build.parent / f".{build.name}.env.tar.gz.tmp"  # outside the tree tar reads ("file changed": exit 1)
     subprocess.run(["tar", "-czf", str(image), "-C", str(build), "."], check=True)
     image.rename(pack / "env.tar.gz")
     sha256 = _sha(pack / "env.tar.gz")
