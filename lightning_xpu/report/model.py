@@ -147,7 +147,7 @@ def environment_tag() -> str | None:
 
 
 def variant_of(tag: str) -> str:
-    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (recipes/lxpu_recipes/matrix.py `tag_of`)."""
+    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (lib/lxpu_admin/render/matrix.py `tag_of`)."""
     return tag.partition("-")[2] or "xpu"
 
 

@@ -4,7 +4,7 @@ doctor`'s `pins`, the site validation job's `pins` and the smoke job's `pinned_p
 The guard (pipguard.py) refuses what it sees, and <venv>/pip.conf binds `python -m pip`; a route around both
 (PIP_CONFIG_FILE=/dev/null with another PIP_CONSTRAINT, a uv run by its path without UV_CONSTRAINT, a copy by
 hand) is caught here, at the next start. Listed:
-- each pinned distribution (<env>/share/lightning-xpu/constraints.txt, lxpu_engine/pins.py) installed at another
+- each pinned distribution (<env>/share/lightning-xpu/constraints.txt, lxpu_admin/envside/pins.py) installed at another
   version, where this interpreter imports it from (first on sys.path: the user layer before the environment) and
   in the user layer in use (VIRTUAL_ENV, which the module and setup script set) when this interpreter is the
   environment's own (`lightning-xpu` runs there);

@@ -3,7 +3,7 @@ answers where theirs are a dozen lines.
 
 `install()` copies this file into a bin/ directory as .lightning-xpu-guard.py and writes small launchers there
 (bin/pip, pip3, pip3.X: `python .lightning-xpu-guard.py pip ARGS`; bin/uv: `... uv ARGS`). The install writes them
-into the environment (`python -m lxpu_engine.pins write ENV`), `lightning-xpu user-env` into the layer. The copy
+into the environment (`python -m lxpu_admin.envside.pins write ENV`), `lightning-xpu user-env` into the layer. The copy
 runs as a script (no lightning_xpu import: it must start in milliseconds and work in any layer).
 
 - A request the environment's pins cannot satisfy (pip's ResolutionImpossible, uv's "No solution found"): one line
@@ -40,7 +40,7 @@ from urllib.parse import quote
 _ME = "lightning-xpu"
 GUARD = ".lightning-xpu-guard.py"
 _MARK = "lightning-xpu guard"
-# Where the install writes the pins (lxpu_engine/pins.py RELATIVE), under the environment.
+# Where the install writes the pins (lxpu_admin/envside/pins.py RELATIVE), under the environment.
 CONSTRAINTS = Path("share") / "lightning-xpu" / "constraints.txt"
 # The torch family: packages built against one torch build, labelled like it on PyTorch's indexes (recipes/matrix.toml
 # [variants.xpu] labelled; the cpu variant omits them because PyPI only has CUDA's builds).

@@ -12,9 +12,9 @@ and pins (`lightning-xpu-layer`). Its site .pth adds, at every start, the site-p
 pinned (LIGHTNING_XPU_ROOT, when it is a build of its prefix and tag; else the recorded build), so a job never mixes
 two builds and needs no build but the one it leased. The rules for a layer over another build (repointed when the
 Python and the pins are the same, else refused in one line naming this command) and the code that writes the
-layer's pointers are the setup library's Python half (lxpu_engine/setup_lib.py, `<prefix>/.lightning-setup.lib.py`),
-which the module and the setup script run at every load: this command loads the same file, so one implementation
-serves all three.
+layer's pointers are the setup library's Python half (lxpu_admin/envside/setup_lib.py,
+`<prefix>/.lightning-setup.lib.py`), which the module and the setup script run at every load: this command loads
+the same file, so one implementation serves all three.
 
 Its pip is the environment's (bin/pip runs `python -m pip` of the layer); `pip install --user X` is answered with
 one line saying what to type instead. Every install is constrained by the environment's pins
@@ -35,7 +35,7 @@ from types import ModuleType
 from lightning_xpu.report import pipguard
 from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, environment_tag
 
-# lxpu_engine/tagfiles.py SETUP_HELPER_NAME: where every install writes the setup library's Python half.
+# lxpu_admin/install/tagfiles.py SETUP_HELPER_NAME: where every install writes the setup library's Python half.
 SETUP_HELPER_NAME = ".lightning-setup.lib.py"
 
 
@@ -62,7 +62,7 @@ def install_prefix(root: Path, tag: str) -> Path | None:
 
 
 def setup_library(prefix: Path) -> ModuleType:
-    """The prefix's setup library Python half (lxpu_engine/setup_lib.py, written by the install with the module
+    """The prefix's setup library Python half (lxpu_admin/envside/setup_lib.py, written by the install with the module
     body and setup library), which holds the layer's rules and writes its pointers."""
     path = prefix / SETUP_HELPER_NAME
     spec = importlib.util.spec_from_file_location("lightning_xpu_setup_lib", path)

@@ -1,5 +1,5 @@
 -- lightning-xpu modulefile body: the code of every lightning-xpu/<tag> modulefile, which holds only its data.
--- The install writes <prefix>/modulefiles/lightning-xpu/<tag>.lua (lxpu_engine/tagfiles.py) and copies this file
+-- The install writes <prefix>/modulefiles/lightning-xpu/<tag>.lua (lxpu_admin/install/tagfiles.py) and copies this file
 -- next to them as .lightning-xpu.lua (Lmod offers no dot file as a module). The environment is <prefix>/<tag>;
 -- its site parts are data the install wrote into it: lightning-xpu-site-modules.txt (modules to load, one per
 -- line) and lightning-xpu-site.sh (export NAME="${NAME:-value}" lines, read with source_sh so that `module unload`
@@ -80,12 +80,12 @@ end
 
 local root = pathJoin(prefix, tag)
 local user_layer = nil
--- BEGIN build pinning and lease (docs/architecture.md "Install layout"; lxpu_engine/leases.py): resolve
+-- BEGIN build pinning and lease (docs/architecture.md "Install layout"; lxpu_admin/install/leases.py): resolve
 -- <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this job, record a
 -- lease <prefix>/.leases/<build>@<host>.<job>.<random> that keeps installs, --prune and --uninstall from removing
 -- that build while the job or shell lives (in bash and zsh the shell and its children hold a shared flock on it),
 -- and find the user layer. At load the setup library's Python half does all three, as for the setup script
--- (<prefix>/.lightning-setup.lib.py, lxpu_engine/setup_lib.py: one implementation, which creates the lease
+-- (<prefix>/.lightning-setup.lib.py, lxpu_admin/envside/setup_lib.py: one implementation, which creates the lease
 -- exclusively, never through a link another account planted in a shared .leases); unload undoes exactly what was
 -- loaded, from the environment alone (the build and the layer may be gone by then).
 do
@@ -166,7 +166,7 @@ prepend_path("PATH", pathJoin(root, "bin"))
 pushenv(isDir(pathJoin(root, "conda-meta")) and "CONDA_PREFIX" or "VIRTUAL_ENV", root)
 -- PYTHONUSERBASE: where `pip install --user` goes in a conda environment (a venv refuses --user).
 pushenv("PYTHONUSERBASE", pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu/" .. tag))
--- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_engine/pins.py).
+-- The environment's pins bind every pip and uv install, into it or into the user layer (lxpu_admin/envside/pins.py).
 -- Added to what the variables hold: both are lists split at white space, and a site's own constraints apply too;
 -- another lightning-xpu environment's pins (a setup script sourced before) leave. pushenv: `module unload` puts
 -- back exactly the value from before the load (unset if it was unset).
@@ -188,7 +188,7 @@ end
 if pinned_here("PIP_CONSTRAINT") then pushenv("PIP_CONSTRAINT", with_pins("PIP_CONSTRAINT")) end
 if pinned_here("UV_CONSTRAINT") then pushenv("UV_CONSTRAINT", with_pins("UV_CONSTRAINT")) end
 -- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py): its bin/ first.
--- Whether to use it (its prefix and build, lxpu_engine/setup_lib.py layer_verdict) the Python half said at load.
+-- Whether to use it (its prefix and build, lxpu_admin/envside/setup_lib.py layer_verdict) the Python half said at load.
 if user_layer then
   prepend_path("PATH", pathJoin(user_layer, "bin"))
   pushenv("VIRTUAL_ENV", user_layer)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# lightning-xpu site validation job: the body of every site's <prefix>/validate_lightning.sh (lxpu_engine/tagfiles.py
-# writes it with the site's defaults). It loads lightning-xpu, then hands over to `lightning-xpu validate --site-job`.
+# lightning-xpu site validation job: the body of every site's <prefix>/validate_lightning.sh
+# (lxpu_admin/install/tagfiles.py writes it with the site's defaults). It loads lightning-xpu, then hands over to `lightning-xpu validate --site-job`.
 set -euo pipefail
 prog=validate_lightning.sh prefix="$HOME/lightning-xpu" launchers=srun,mpiexec
 tag="" setup="" module="" modulepath="" python=""

@@ -33,13 +33,13 @@ LMOD_INIT = os.environ.get("LXPU_LMOD_INIT", "/usr/share/lmod/lmod/init/bash")
 PIP_SOURCE = ("--pip-source", "system")
 JOB_TIMEOUT_S = 900
 # The engine's step count, read from the engine (one place for it): steps are "[n/N] name ...".
-sys.path.insert(0, str(REPO / "scripts/common/install"))
-from lxpu_engine.steps import INSTALL_STEPS  # noqa: E402  # the declared step list numbers the steps
+from lxpu_admin.install.steps import INSTALL_STEPS  # noqa: E402  # the declared step list numbers the steps
 
 STEP_TOTAL = len(INSTALL_STEPS)
 # The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (the
-# names from the engine's lxpu_engine/tagfiles.py, their one place; the library's source from the renderer's data).
-from lxpu_engine.tagfiles import (  # noqa: E402
+# names from the engine's lxpu_admin/install/tagfiles.py, their one place; the library's source from the renderer's
+# data).
+from lxpu_admin.install.tagfiles import (  # noqa: E402
     MODULE_DIR,
     MODULEFILE_BODY_NAME,
     SETUP_HELPER,
@@ -48,7 +48,7 @@ from lxpu_engine.tagfiles import (  # noqa: E402
 )
 
 MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
-_NAMES = (REPO / "recipes/lxpu_recipes/matrix.py").read_text()
+_NAMES = (REPO / "lib/lxpu_admin/render/matrix.py").read_text()
 SETUP_LIBRARY = re.search(r'^SETUP_LIBRARY = "(.+)"$', _NAMES, re.MULTILINE)[1]
 
 
@@ -127,7 +127,7 @@ def make_source(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, dest / name)
-    copied = ("lightning_xpu", "bin", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools")
+    copied = ("lightning_xpu", "bin", "lib", "scripts/common", "modulefiles", "recipes/locks", "recipes/tools")
     copied += ("recipes/rendered",)
     for name in copied:
         if (REPO / name).is_dir():
@@ -205,7 +205,7 @@ def logs_of(prefix: Path) -> set[Path]:
 
 
 def noop_log(prefix: Path) -> Path:
-    """The one log that runs which changed nothing share (each replaces the last: lxpu_engine/cleanup.py)."""
+    """The one log that runs which changed nothing share (each replaces the last: lxpu_admin/install/cleanup.py)."""
     return prefix / "logs" / f"install-{TAG}-noop.log"
 
 
@@ -401,7 +401,7 @@ def published_build(prefix: Path) -> Path:
 
 
 def build_complete(build: Path) -> bool:
-    """A complete build: a whole manifest with status installed (what lxpu_engine/builds.py calls complete)."""
+    """A complete build: a whole manifest with status installed (what lxpu_admin/install/builds.py calls complete)."""
     try:
         manifest = json.loads((build / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -414,9 +414,8 @@ ADMIN = REPO / "bin" / "lightning-xpu-admin"
 
 def pinned_uv(prefix: Path, dest: Path) -> Path:
     """The pinned uv a real install of PREFIX used: unpacked into DEST from the wheel its tool cache keeps (checked
-    against the lock; lxpu_engine/toolcache.py). An install keeps no uv of its own in the prefix."""
-    sys.path.insert(0, str(REPO / "scripts/common/install"))
-    from lxpu_engine import toolcache
+    against the lock; lxpu_admin/install/toolcache.py). An install keeps no uv of its own in the prefix."""
+    from lxpu_admin.install import toolcache
 
     lock = REPO / "recipes" / "tools" / "install-tools.txt"
     version = toolcache.pinned_version(str(lock), "uv")
@@ -429,7 +428,7 @@ def pinned_uv(prefix: Path, dest: Path) -> Path:
 
 
 def verify_builds(prefix: Path, *names: str) -> subprocess.CompletedProcess[str]:
-    """`lightning-xpu-admin verify --prefix PREFIX NAMES...` (lxpu_engine/verify.py), output captured."""
+    """`lightning-xpu-admin verify --prefix PREFIX NAMES...` (lxpu_admin/install/verify.py), output captured."""
     return subprocess.run([str(ADMIN), "verify", "--prefix", str(prefix), *names], capture_output=True, text=True,
                           timeout=600, check=False)  # fmt: skip
 
@@ -491,7 +490,8 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
 
 
 def make_prebuilt_env(dest: Path, source: Path, base: str | None = None) -> Path:
-    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT (lxpu_engine/publish.py).
+    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT
+    (lxpu_admin/install/publish.py).
 
     A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
     visible, as --base-python does), lightning_xpu from the repository copy through a .pth file, the autoload
@@ -537,7 +537,7 @@ def laid_out_prefix(prefix: Path, source: Path = REPO) -> Path:
     .envs, <prefix>/<tag> a link to it (a user layer belongs to a prefix and records its build), the pins and the
     guard in front of its pip and uv (the install's hook step), the tag's modulefile and setup script and the shared
     code. Returns the build."""
-    from lxpu_engine import pins
+    from lxpu_admin.envside import pins
 
     root = make_prebuilt_env(prefix / ".envs" / f"{TAG}.20260101T000000-1", source)
     (prefix / TAG).symlink_to(f".envs/{root.name}")
@@ -548,10 +548,10 @@ def laid_out_prefix(prefix: Path, source: Path = REPO) -> Path:
 
 
 def rewrite_site_job(prefix: Path, source: Path) -> None:
-    """Write <prefix>/validate_lightning.sh as an install at this place would (lxpu_engine/tagfiles.py, fed SITE's
-    validation data from the source's rendered recipe data): the job names the prefix it was written for, so a
+    """Write <prefix>/validate_lightning.sh as an install at this place would (lxpu_admin/install/tagfiles.py, fed
+    SITE's validation data from the source's rendered recipe data): the job names the prefix it was written for, so a
     copied prefix needs its own (else the next no-op run of the copy restores it)."""
-    from lxpu_engine.tagfiles import write_site_validation_job
+    from lxpu_admin.install.tagfiles import write_site_validation_job
 
     jobs = json.loads((source / "recipes" / "rendered" / "install-data.json").read_text())["jobs"]
     write_site_validation_job(prefix, jobs[f"{SITE}/{VERSION}"]["validation"])
@@ -598,14 +598,11 @@ def assert_torchrun_workers(out: Path, executable: str) -> None:
 
 
 def expected_tag_files(prefix: Path) -> dict[Path, str]:
-    """TAG's modulefile and setup script as lxpu_engine/tagfiles.py writes them from the recipe's data
+    """TAG's modulefile and setup script as lxpu_admin/install/tagfiles.py writes them from the recipe's data
     (recipes/matrix.toml through the renderer): what the install must have written into `prefix`."""
-    for path in (REPO / "recipes", REPO / "scripts/common/install"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    from lxpu_engine.tagfiles import TagData, modulefile_text, setup_text
-    from lxpu_recipes.artifacts import Renderer
-    from lxpu_recipes.recipes import load_recipes
+    from lxpu_admin.install.tagfiles import TagData, modulefile_text, setup_text
+    from lxpu_admin.render.artifacts import Renderer
+    from lxpu_admin.render.recipes import load_recipes
 
     recipes = load_recipes(REPO / "recipes")
     version = recipes.matrix.versions[VERSION]

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import install_harness as h
 import pytest
 
+from lxpu_admin.envside import filerecord
+from lxpu_admin.envside.manifest import AFTER_RECORD, RECORD
+from lxpu_admin.install import verify
+
 pytestmark = pytest.mark.install
 
-sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
-from lxpu_engine import filerecord, verify  # noqa: E402
-from lxpu_engine.manifest import AFTER_RECORD, RECORD  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The conda layer (issue 21): a real conda prefix from a local channel, with no conda executable.
 
 One README-style install with --env-manager conda (module-scoped, shared by several assertions); the lock and
-fault tests run the conda layer alone (lxpu_engine.conda_layer), against the CI channel built once by
+fault tests run the conda layer alone (lxpu_admin.install.conda_layer), against the CI channel built once by
 ci/conda_channel.py (build/conda-channel, cached).
 """
 
@@ -19,11 +19,12 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from lxpu_admin import paths
+from lxpu_admin.install import conda_layer
+
 pytestmark = pytest.mark.install
 
-ENGINE = h.REPO / "scripts" / "common" / "install"
-sys.path.insert(0, str(ENGINE))
-from lxpu_engine import conda_layer  # noqa: E402
+ENGINE = paths.LIB  # what PYTHONPATH holds to find the admin package
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def layer(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-B", "-m", "lxpu_engine.conda_layer", *args],
+        [sys.executable, "-B", "-m", "lxpu_admin.install.conda_layer", *args],
         env={**(env or os.environ), "PYTHONPATH": str(ENGINE)},
         capture_output=True,
         text=True,
@@ -213,7 +214,7 @@ def test_a_killed_child_leaves_nothing_and_the_previous_install_untouched(
             sys.executable,
             "-B",
             "-m",
-            "lxpu_engine.conda_layer",
+            "lxpu_admin.install.conda_layer",
             "create",
             str(env),
             f"--python={python_version}",

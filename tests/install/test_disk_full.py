@@ -19,9 +19,11 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from lxpu_admin import paths
+
 pytestmark = pytest.mark.install
 
-ENGINE = h.REPO / "scripts" / "common" / "install"
+ENGINE = paths.LIB  # what PYTHONPATH holds to find the admin package
 
 Mount = Callable[[Path, str], Path]
 
@@ -128,7 +130,7 @@ def test_disk_full_in_the_conda_layer_names_disk_space_not_the_channels(small_fs
     envs = small_fs(root / ".envs", "140m")
     env = envs / f"{h.TAG}.20260101T000000-1"
     done = subprocess.run(
-        [sys.executable, "-B", "-m", "lxpu_engine.conda_layer", "create", str(env), f"--python={python_version}",
+        [sys.executable, "-B", "-m", "lxpu_admin.install.conda_layer", "create", str(env), f"--python={python_version}",
          f"--channel={channel}"],
         env={**os.environ, "PYTHONPATH": str(ENGINE)}, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
@@ -168,7 +170,7 @@ def test_disk_full_in_pack_fails_the_image_never_a_degraded_one_as_ok(full: str,
         env = stand_in_venv(tmp_path / "env")
         disk = small_fs(check, "8m")
     done = subprocess.run(
-        [str(env / "bin" / "python"), "-B", "-m", "lxpu_engine.pack", "make", str(env), h.SITE, h.TAG],
+        [str(env / "bin" / "python"), "-B", "-m", "lxpu_admin.envside.pack", "make", str(env), h.SITE, h.TAG],
         env={**os.environ, "PYTHONPATH": str(ENGINE), "LIGHTNING_XPU_PACK": "1",
              "LIGHTNING_XPU_PACK_CHECK_DIR": str(check)},
         capture_output=True, text=True, timeout=300, check=False,

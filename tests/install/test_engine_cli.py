@@ -13,7 +13,8 @@ from pathlib import Path
 
 import install_harness as h
 import pytest
-from lxpu_engine.steps import INSTALL_STEPS
+
+from lxpu_admin.install.steps import INSTALL_STEPS
 
 pytestmark = pytest.mark.install
 

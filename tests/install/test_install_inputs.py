@@ -163,7 +163,7 @@ def test_dry_run_prints_every_step_and_creates_nothing(
         "--wheel --no-build-isolation",
         "compileall",
         "/bin/lightning-xpu validate --level smoke --json",
-        "-m lxpu_engine.pack make",  # the image the real run writes during the smoke job, named, not attempted
+        "-m lxpu_admin.envside.pack make",  # the image the real run writes during the smoke job, named, not attempted
         "mv -T",
         "lightning_xpu-autoload.pth",
         f"lightning-setup-{h.TAG}.sh",
@@ -261,7 +261,7 @@ def test_conda_branch_runs_the_expected_commands(
 
     conda = ["--env-manager", "conda", "--conda-exe", str(bindir / "conda")]
     dry = h.run_job(install_job, "--source", str(source_repo), *conda, "--dry-run", prefix=prefix, env=env)
-    assert dry.returncode == 0 and "lxpu_engine.conda_layer create" in dry.output, dry.output
+    assert dry.returncode == 0 and "lxpu_admin.install.conda_layer create" in dry.output, dry.output
     assert f"--conda-exe={bindir / 'conda'}" in dry.output.replace("\\ ", " "), dry.output
     assert not (record / "argv").exists()
 

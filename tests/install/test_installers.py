@@ -7,7 +7,6 @@ packages came from, build the same environment with `--installer pip`, and make 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import install_harness as h
 import pytest
+
+from lxpu_admin.envside import uv_sources
 
 pytestmark = pytest.mark.install
 
@@ -38,12 +39,8 @@ def _versions(manifest: dict) -> dict[str, str]:
 
 def _find_links_dirs() -> list[Path]:
     """The directories this machine's pip configuration lists as find-links, read as the engine reads them."""
-    spec = importlib.util.spec_from_file_location("uv_sources", h.REPO / "scripts/common/install/uv_sources.py")
-    assert spec and spec.loader
-    mapper = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mapper)
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True)
-    settings = mapper.settings_from_config(mapper.parse_config_list(listed.stdout))
+    settings = uv_sources.settings_from_config(uv_sources.parse_config_list(listed.stdout))
     return [Path(s[2].removeprefix("file://")) for s in settings if s[:2] == ("arg", "--find-links")]
 
 
@@ -130,7 +127,7 @@ def test_falls_back_to_pip_and_says_so_where_uv_cannot_be_had(
 def test_a_new_prefix_takes_uv_from_a_warm_cache_without_pip(
     install_job: Path, source_repo: Path, good_install: h.GoodInstall, tmp_path: Path
 ) -> None:
-    """The good install bootstrapped uv with pip and kept it in its uv cache (lxpu_engine/toolcache.py); another
+    """The good install bootstrapped uv with pip and kept it in its uv cache (lxpu_admin/install/toolcache.py); another
     prefix sharing that cache copies it from there: no pip bootstrap (the job is stopped once uv is set up)."""
     cache = good_install.prefix / ".cache" / "uv"
     kept = list((cache / "lightning-xpu-tools").glob("uv-*"))
@@ -152,8 +149,7 @@ def test_a_new_prefix_takes_uv_from_a_warm_cache_without_pip(
 def test_the_tool_cache_is_keyed_by_the_lock_checked_before_every_use_and_never_fails_an_install(
     tmp_path: Path,
 ) -> None:
-    sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
-    from lxpu_engine import toolcache
+    from lxpu_admin.install import toolcache
 
     wheel = tmp_path / "tool-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:

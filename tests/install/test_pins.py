@@ -8,7 +8,7 @@ doctor` and the validation job. The module and the setup script keep a site's ow
 next to the pins, and `module unload` (real Lmod) restores them exactly.
 
 A small prebuilt environment (install_harness.make_prebuilt_env: torch 2.13.0+cpu and Lightning from the base venv)
-with the pins the install writes (lxpu_engine/pins.py) and the repository's modulefile body and setup library;
+with the pins the install writes (lxpu_admin/envside/pins.py) and the repository's modulefile body and setup library;
 real pip and uv install tiny wheels built here, offline (`--dry-run` where the route itself is what is tested).
 """
 
@@ -19,18 +19,15 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
+from lxpu_admin.envside import pins
 from tests.install import install_harness as h
 from tests.install.test_user_env import _uv, _wheel
-
-sys.path.insert(0, str(h.REPO / "scripts" / "common" / "install"))
-from lxpu_engine import pins
 
 
 def file_url(path: Path) -> str:

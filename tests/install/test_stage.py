@@ -1,5 +1,5 @@
 """Node-local staging (issue 15) without a cluster: lightning-xpu-stage on a small stand-in environment, and the
-install engine's packing decisions (scripts/common/install/lxpu_engine/pack.py) on stand-in environments.
+install engine's packing decisions (lib/lxpu_admin/envside/pack.py) on stand-in environments.
 
 The stand-in environment has what lightning-xpu-stage reads (share/lightning-xpu/pack/pack.env and the image)
 and a `python` that reports where it runs from; the real environment is staged and run in the two-host test
@@ -23,11 +23,13 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from lxpu_admin import paths
+
 pytestmark = pytest.mark.install
 
 REPO = Path(__file__).resolve().parents[2]
 STAGE = REPO / "scripts" / "common" / "stage" / "lightning-xpu-stage"
-ENGINE = REPO / "scripts" / "common" / "install"
+ENGINE = paths.LIB  # what PYTHONPATH holds to find the admin package
 TAG = "9.9-cpu"
 # The stand-in interpreter: prints the directory it runs from and the variables staging sets (the setup library's
 # Python half, run as `python -I -S ...`, gets a real one).
@@ -311,7 +313,7 @@ def test_leftovers_of_ended_jobs_are_removed_and_live_ones_kept(shared: Shared) 
 # ---- the engine's packing decisions ----------------------------------------------------------------------------
 
 def _refusal(env_dir: Path) -> str:
-    done = subprocess.run([sys.executable, "-B", "-m", "lxpu_engine.pack", "refusal", str(env_dir)],
+    done = subprocess.run([sys.executable, "-B", "-m", "lxpu_admin.envside.pack", "refusal", str(env_dir)],
                           capture_output=True, text=True, check=False,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ENGINE)})
     assert done.returncode == 0, done.stderr

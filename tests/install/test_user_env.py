@@ -1,7 +1,8 @@
 """Issue 20, item 1: a user's own packages over a read-only environment, within the environment's pins.
 
 A small prebuilt environment (install_harness.make_prebuilt_env: torch and Lightning from the base venv) with the
-pins the install writes (lxpu_engine/pins.py), the repository's modulefile body and setup library, made read-only;
+pins the install writes (lxpu_admin/envside/pins.py), the repository's modulefile body and setup library, made
+read-only;
 `lightning-xpu user-env` makes the layer; real pip (and uv, where one is at hand) install tiny wheels built here,
 offline. One shell per entry (module, setup script) checks everything in order.
 """
@@ -15,19 +16,17 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from lxpu_admin.envside import pins
 from tests.install import install_harness as h
 
 pytestmark = [pytest.mark.install, pytest.mark.lmod]
 
 REPO = h.REPO
-sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
-from lxpu_engine import pins  # noqa: E402
 
 
 def _wheel(dest: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
@@ -176,8 +175,8 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
 
 
 def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodInstall) -> None:
-    """The install writes constraints.txt (lxpu_engine/pins.py) with the versions its manifest records, and puts the
-    guard in front of the environment's pip and uv (the refusals themselves: the test above)."""
+    """The install writes constraints.txt (lxpu_admin/envside/pins.py) with the versions its manifest records, and puts
+    the guard in front of the environment's pip and uv (the refusals themselves: the test above)."""
     bin_dir = good_install.prefix / h.TAG / "bin"
     assert all("lightning-xpu guard" in (bin_dir / name).read_text() for name in ("pip", "pip3", "uv"))
     written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -19,9 +18,7 @@ import pytest
 from multinode_cluster import REPO, Cluster, submit, submit_and_wait, wait_for_job
 
 from tests.conftest import require_service
-
-sys.path.insert(0, str(REPO / "tests" / "install"))
-import install_harness as h
+from tests.install import install_harness as h
 
 pytestmark = pytest.mark.multinode
 

@@ -8,10 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-# recipe_helpers puts recipes/ on sys.path, so it is imported before anything from lxpu_recipes.
 from recipe_helpers import (
-    ENGINE_DIR,
+    ADMIN_LIB,
     MODULEFILE_BODY,
     RECIPES,
     REPO,
@@ -46,11 +44,12 @@ _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 @pytest.fixture
 def temp_recipes(tmp_path: Path) -> Iterator[Path]:
-    """A repository root holding a copy of recipes/, the install engine (whose contract the jobs carry) and the
-    modulefile body and setup library (whose contracts the modulefiles and setup scripts carry), safe to edit."""
+    """A repository root holding a copy of recipes/, the admin package under lib/ (the install engine, whose
+    contract the jobs carry) and the modulefile body and setup library (whose contracts the modulefiles and setup
+    scripts carry), safe to edit."""
     root = tmp_path / "repo"
     shutil.copytree(RECIPES, root / "recipes", ignore=_IGNORE)
-    shutil.copytree(REPO / ENGINE_DIR, root / ENGINE_DIR, ignore=_IGNORE)
+    shutil.copytree(REPO / ADMIN_LIB, root / ADMIN_LIB, ignore=_IGNORE)
     shutil.copytree(REPO / Path(SHIM).parent, root / Path(SHIM).parent, ignore=_IGNORE)
     for shared in (MODULEFILE_BODY, SETUP_LIBRARY):
         (root / shared).parent.mkdir(parents=True, exist_ok=True)

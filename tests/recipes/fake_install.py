@@ -9,8 +9,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lxpu_recipes.tagfiles import SETUP_HELPER, SETUP_HELPER_NAME
 from recipe_helpers import MODULEFILE_BODY, REPO, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Rendered
+
+from lxpu_admin.install.tagfiles import SETUP_HELPER, SETUP_HELPER_NAME
 
 # Empty modulefiles standing in for the real site modules (rhel9/default-dawn exists only on Dawn).
 STAND_IN_DIR = "site-module-stand-ins"

@@ -11,19 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lxpu_admin.render.artifacts import Artifact, Renderer
+from lxpu_admin.render.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME
+from lxpu_admin.render.outputs import render_selection, write_artifacts
+from lxpu_admin.render.recipes import ENGINE, ENGINE_DATA, INSTALL_DATA, SHIM, Recipes, load_recipes
 from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
-sys.path.insert(0, str(RECIPES))
 
-from lxpu_recipes.artifacts import Artifact, Renderer  # noqa: E402
-from lxpu_recipes.matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME  # noqa: E402
-from lxpu_recipes.outputs import render_selection, write_artifacts  # noqa: E402
-from lxpu_recipes.recipes import ENGINE, ENGINE_DATA, INSTALL_DATA, SHIM, Recipes, load_recipes  # noqa: E402
 
-ENGINE_DIR = str(Path(ENGINE).parent.parent)  # the directory that holds the lxpu_engine package
+ADMIN_LIB = "lib"  # the folder that holds the admin package (engine and renderer), copied whole into temp repos
 
 __all__ = [
     "ENGINE",
@@ -103,7 +102,7 @@ def plain_site(recipes_: Recipes) -> str:
 def run_render(*args: str, repo: Path = REPO) -> subprocess.CompletedProcess[str]:
     """`render.py ARGS` of the repository (or of a temporary copy), in this process: the CLI's main with its
     exit status, stdout and stderr (argparse's exits included)."""
-    from lxpu_recipes import cli
+    from lxpu_admin.render import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

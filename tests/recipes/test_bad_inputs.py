@@ -145,10 +145,10 @@ EDITS = {
         "mean LIGHTNING_XPU_ROOT?)",
     ),
     "misspelt variable in the setup library": (
-        "scripts/common/install/lxpu_engine/setup_lib.py",
+        "lib/lxpu_admin/envside/setup_lib.py",
         'exports["LIGHTNING_XPU_ROOT"] = root',
         'exports["LIGHTNING_XPU_ROTO"] = root',
-        "scripts/common/install/lxpu_engine/setup_lib.py: LIGHTNING_XPU_ROTO is not a known environment variable "
+        "lib/lxpu_admin/envside/setup_lib.py: LIGHTNING_XPU_ROTO is not a known environment variable "
         "(did you mean LIGHTNING_XPU_ROOT?)",
     ),
     "modulefile body without a contract": (

@@ -77,7 +77,7 @@ def _source_with_data(rendered: Path, tmp_path: Path) -> Path:
     of the repository it runs from."""
     source = tmp_path / "source"
     (source / "recipes").mkdir(parents=True)
-    for name in ("pyproject.toml", "lightning_xpu", "scripts", "modulefiles", "recipes/locks", "recipes/tools"):
+    for name in ("pyproject.toml", "lightning_xpu", "lib", "scripts", "modulefiles", "recipes/locks", "recipes/tools"):
         (source / name).symlink_to(REPO / name)
     shutil.copytree(REPO / "bin", source / "bin")
     shutil.copytree(rendered / "recipes/rendered", source / "recipes/rendered")

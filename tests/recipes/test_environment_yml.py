@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lxpu_recipes.recipes import Recipes
 from recipe_helpers import Rendered, require
+
+from lxpu_admin.render.recipes import Recipes
 
 
 def _conda_lock_parser():  # type: ignore[no-untyped-def]

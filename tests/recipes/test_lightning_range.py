@@ -29,7 +29,7 @@ def test_refused_lightning_pin(temp_recipes: Path, version: str) -> None:
 
 def test_the_renderer_reads_versions_py_without_the_runtime_package() -> None:
     # lightning_xpu is importable here (PYTHONPATH), yet never imported: its import would install the Lightning hook.
-    code = "import sys, lxpu_recipes.lightning_range as r; r.lightning_versions();" \
+    code = "import sys, lxpu_admin.render.lightning_range as r; r.lightning_versions();" \
            " print(sorted(m for m in sys.modules if m.startswith('lightning_xpu')))"
     env = {**os.environ, "PYTHONPATH": str(RECIPES.parent)}
     done = subprocess.run([sys.executable, "-c", code], cwd=RECIPES, env=env, capture_output=True, text=True,
@@ -42,7 +42,7 @@ def test_list_patches_shows_the_patches_each_lightning_pin_gets(recipes: Recipes
     lightning_xpu/versions.py's MANIFEST expects on that Lightning minor."""
     import json
 
-    from lxpu_recipes.lightning_range import lightning_versions
+    from lxpu_admin.render.lightning_range import lightning_versions
 
     versions = lightning_versions()
     done = run_render("list", "--patches", "--json")

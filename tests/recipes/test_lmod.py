@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from fake_install import FakeInstall, add_shared_code, make_install, make_stand_ins
-from lxpu_recipes.recipes import Recipes, load_recipes
 from recipe_helpers import LMOD_INIT, MINOR, MODULEFILE_BODY, OTHER, PLAIN_SITE, REPO, Rendered, bash, require
+
+from lxpu_admin.render.recipes import Recipes, load_recipes
 
 pytestmark = pytest.mark.lmod
 

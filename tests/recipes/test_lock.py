@@ -1,6 +1,6 @@
 """Hashed pip locks: each committed lock is well formed and binds to its recipe; `lock` says on one line what it
 could not lock and why (an unreachable source here is a closed loopback port and a missing file:// path); `check`,
-`render` and the install-time check (scripts/common/install/lockbind.py) refuse a lock that is not its recipe's:
+`render` and the install-time check (lib/lxpu_admin/lockbind.py) refuse a lock that is not its recipe's:
 other pins (issue 19 'Why' 1: the recipe moved to another Lightning and the lock was not made again), mixed
 Lightning packages ('Why' 2), or no record of its recipe; `lock --header-only` rewrites the record offline where
 the lock holds the recipe's pins. Versions come from the data (the first committed lock), never named here."""
@@ -11,44 +11,32 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from lxpu_recipes.lightning_range import lightning_versions
-from lxpu_recipes.locking import stale_locks
-from lxpu_recipes.recipes import load_recipes
 from recipe_helpers import RECIPES, edit, locked, require, run_render
+
+from lxpu_admin.lockbind import check_file
+from lxpu_admin.render.lightning_range import lightning_versions
+from lxpu_admin.render.locking import stale_locks
+from lxpu_admin.render.recipes import load_recipes
 
 ENTRY = re.compile(r"^([a-z0-9][a-z0-9._-]*)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", re.MULTILINE)
 LOADED = load_recipes(RECIPES)
 MINOR, VARIANT = locked(LOADED)
 VERSION = LOADED.matrix.version(MINOR)
 LOCK = f"recipes/locks/{MINOR}-{VARIANT}.txt"
-LOCKBIND = RECIPES.parent / "scripts/common/install/lockbind.py"
 
 
 def _pins_block(minor: str) -> str:
     return f'[versions."{minor}".pins]\n'
 
 
-def _lockbind(
-    lock: Path, minor: str = MINOR, variant: str = VARIANT, repo: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The install-time check, as the engine runs it: by path, on a plain python3, with the job's data."""
+def _lockbind(lock: Path, minor: str = MINOR, variant: str = VARIANT, repo: Path | None = None) -> str:
+    """The install-time check, as the engine calls it (lxpu_admin.lockbind.check_file) with the job's data: "" when
+    the lock binds, else the one line the install refuses with."""
     version = load_recipes(repo / "recipes").matrix.version(minor) if repo else VERSION
-    command = [
-        sys.executable,
-        "-I",
-        str(LOCKBIND),
-        "--lock",
-        str(lock),
-        "--python",
-        version.python,
-        "--",
-        *version.variants[variant].requirements(),
-    ]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+    return check_file(lock, version.python, version.variants[variant].requirements())
 
 
 def test_committed_locks_are_complete_and_current() -> None:
@@ -63,7 +51,7 @@ def test_committed_locks_are_complete_and_current() -> None:
         for omitted in version.variants[variant].omitted:
             assert omitted not in entries  # left out of the variant
         assert f"# recipe: python=={version.python} {' '.join(version.variants[variant].requirements())}\n" in text
-        assert _lockbind(path, minor, variant).returncode == 0
+        assert _lockbind(path, minor, variant) == ""
     assert stale_locks(LOADED) == []
 
 
@@ -157,10 +145,9 @@ def test_a_recipe_moved_to_another_lightning_refuses_its_old_lock(temp_repo: Pat
     checked = run_render("check", repo=temp_repo)
     assert checked.returncode == 1 and f"stale lock: {expected}" in checked.stdout.splitlines()
     installed = _lockbind(temp_repo / LOCK, repo=temp_repo)
-    assert installed.returncode == 1 and installed.stdout == ""
-    assert installed.stderr == (
+    assert installed == (
         f"{temp_repo / LOCK}: not the lock of this recipe: it holds lightning {VERSION.lightning}, the recipe pins "
-        f"lightning=={other}; lock again (python recipes/render.py lock), then python recipes/render.py render --all\n"
+        f"lightning=={other}; lock again (python recipes/render.py lock), then python recipes/render.py render --all"
     )
 
 
@@ -179,7 +166,7 @@ def test_a_lock_with_mixed_lightning_packages_is_refused(temp_repo: Path) -> Non
         f"{LOCK}: stale (not the lock of its recipe: {expected}): run render.py lock"
     ]
     installed = _lockbind(lock, repo=temp_repo)
-    assert installed.returncode == 1 and expected in installed.stderr and installed.stderr.count("\n") == 1
+    assert expected in installed and "\n" not in installed
 
 
 def test_a_recipe_that_pins_lightnings_packages_apart_is_refused(temp_recipes: Path) -> None:

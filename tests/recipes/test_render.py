@@ -7,17 +7,12 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from lxpu_recipes import cli
-from lxpu_recipes.recipes import Recipes
-from lxpu_recipes.tagfiles import TagData, modulefile_text, setup_text
 from recipe_helpers import (
     ENGINE,
     ENGINE_DATA,
-    ENGINE_DIR,
     INSTALL_DATA,
     MINOR,
     MODULE_MINOR,
@@ -42,6 +37,11 @@ from recipe_helpers import (
     run_render,
     run_render_process,
 )
+
+from lxpu_admin.install import jobdata
+from lxpu_admin.install.tagfiles import TagData, modulefile_text, setup_text
+from lxpu_admin.render import cli
+from lxpu_admin.render.recipes import Recipes
 
 EXPORT_LINE = re.compile(r'^export ([A-Za-z_][A-Za-z0-9_]*)="\$\{\1:-[^"$`\\}]*\}"$')
 
@@ -141,13 +141,8 @@ def test_job_directives_are_the_sites(rendered: Rendered, recipes: Recipes) -> N
 
 
 def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: Recipes) -> None:
-    """The rendered data, as the engine loads it (lxpu_engine/jobdata.py): exactly the contract's names, with the
+    """The rendered data, as the engine loads it (lxpu_admin/install/jobdata.py): exactly the contract's names, with the
     recipe's values."""
-    sys.path.insert(0, str(REPO / ENGINE_DIR))
-    try:
-        from lxpu_engine import jobdata
-    finally:
-        sys.path.remove(str(REPO / ENGINE_DIR))
     minor, lv = locked(recipes)  # the lock's variant `lv` reads a lock path back; xpu reads its sources
     site = recipes.sites[plain_site(recipes)]
     version = recipes.matrix.version(minor)
@@ -363,8 +358,8 @@ def test_check_refuses_broken_shell_and_empty_artifacts(temp_repo: Path) -> None
 
 
 def _hand_written(temp_repo: Path) -> list[str]:
-    from lxpu_recipes.handwritten import shell_files
-    from lxpu_recipes.outputs import committed_renders
+    from lxpu_admin.render.handwritten import shell_files
+    from lxpu_admin.render.outputs import committed_renders
 
     return shell_files(temp_repo, committed_renders(temp_repo))
 

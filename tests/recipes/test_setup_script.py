@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from fake_install import add_shared_code, make_install, make_stand_ins
-from lxpu_recipes.recipes import Recipes, load_recipes
 from recipe_helpers import (
     LMOD_INIT,
     MINOR,
@@ -27,6 +26,8 @@ from recipe_helpers import (
     bash,
     require,
 )
+
+from lxpu_admin.render.recipes import Recipes, load_recipes
 
 _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)

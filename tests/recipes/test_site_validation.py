@@ -1,6 +1,6 @@
 """The site validation job (<prefix>/validate_lightning.sh) from recipes/sites/<site>.toml [validation]: every
 site's job carries its scheduler's directives and its defaults, runs from a spool copy, answers --help; a site
-without the table gets one from its scheduler; bad directives are one line; the engine (lxpu_engine/tagfiles.py
+without the table gets one from its scheduler; bad directives are one line; the engine (lxpu_admin/install/tagfiles.py
 write_site_validation_job, site_job_current) writes it, sees it current and restores it."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lxpu_engine.tagfiles import TagDataError, site_job_current, validation_job_text, write_site_validation_job
-from lxpu_recipes.artifacts import Renderer
-from lxpu_recipes.errors import RecipeError
-from lxpu_recipes.recipes import Recipes
-from lxpu_recipes.sites import load_site
+
+from lxpu_admin.install.tagfiles import TagDataError, site_job_current, validation_job_text, write_site_validation_job
+from lxpu_admin.render.artifacts import Renderer
+from lxpu_admin.render.errors import RecipeError
+from lxpu_admin.render.recipes import Recipes
+from lxpu_admin.render.sites import load_site
 
 MARKERS = {"slurm": "#SBATCH", "pbs": "#PBS"}
 

@@ -1,4 +1,4 @@
-"""lxpu_engine/tagfiles.py on its own: every tag of recipes/matrix.toml gets a modulefile and setup script that
+"""lxpu_admin/install/tagfiles.py on its own: every tag of recipes/matrix.toml gets a modulefile and setup script that
 compile, a rerun sees them current and rewrites a changed one, and bad data is one line (the site validation
 job: test_site_validation.py)."""
 
@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lxpu_engine.tagfiles import TagDataError, tag_files_current, write_tag_files
-from lxpu_recipes.artifacts import Renderer
-from lxpu_recipes.recipes import Recipes
-from lxpu_recipes.tagfiles import TagData
 from recipe_helpers import require
+
+from lxpu_admin.install.tagfiles import TagData, TagDataError, tag_files_current, write_tag_files
+from lxpu_admin.render.artifacts import Renderer
+from lxpu_admin.render.recipes import Recipes
 
 
 def _luac() -> str | None:

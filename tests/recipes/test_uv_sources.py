@@ -1,4 +1,4 @@
-"""uv_sources.py: this machine's pip configuration and the recipe's pip options, passed on to uv.
+"""lxpu_admin.envside.uv_sources: this machine's pip configuration and the recipe's pip options, passed on to uv.
 
 uv reads neither pip's configuration files nor PIP_* variables, so the install engine maps them; a key it
 cannot map must stop the install in one line rather than resolve differently from pip.
@@ -6,28 +6,16 @@ cannot map must stop the install in one line rather than resolve differently fro
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-MAPPER = REPO / "scripts" / "common" / "install" / "uv_sources.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("uv_sources", MAPPER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-uv_sources = _load()
+from lxpu_admin import paths
+from lxpu_admin.envside import uv_sources
 
 CONFIG = """\
 :env:.cert='/etc/ssl/certs/ca.crt'
@@ -88,7 +76,10 @@ def test_a_locks_pins_are_checked_against_constraints() -> None:
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(MAPPER), *args], capture_output=True, text=True, env=env, check=False)
+    """The module as the engine runs it: on another Python, with lib/ on PYTHONPATH."""
+    env = {**env, "PYTHONPATH": str(paths.LIB)}
+    argv = [sys.executable, "-B", "-m", "lxpu_admin.envside.uv_sources", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
 
 
 def test_reads_this_machines_real_pip_configuration(tmp_path: Path) -> None:
@@ -97,7 +88,9 @@ def test_reads_this_machines_real_pip_configuration(tmp_path: Path) -> None:
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=str(tmp_path), PIP_DEFAULT_TIMEOUT="42")
     done = _run("from-pip-config", env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["env\tUV_HTTP_TIMEOUT\t42", f"arg\t--find-links\t{tmp_path}"]
+    assert json.loads(done.stdout) == {
+        "args": ["--find-links", str(tmp_path)], "env": {"UV_HTTP_TIMEOUT": "42"}, "constraints": []
+    }
     env["PIP_PRE"] = "1"
     done = _run("from-pip-config", env=env)
     assert done.returncode == 2 and done.stdout == ""

@@ -63,13 +63,10 @@ def test_collectives_worker_for_real_under_mpiexec(tmp_path: Path, mpiexec_on_pa
 
 
 def write_site_job(site: str, prefix: Path) -> Path:
-    """<prefix>/validate_lightning.sh as the install writes it (lxpu_engine/tagfiles.py), fed the site's validation
-    data from the rendered recipe data (recipes/sites/<site>.toml [validation])."""
-    sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
-    try:
-        from lxpu_engine.tagfiles import write_site_validation_job
-    finally:
-        sys.path.pop(0)
+    """<prefix>/validate_lightning.sh as the install writes it (lxpu_admin/install/tagfiles.py), fed the site's
+    validation data from the rendered recipe data (recipes/sites/<site>.toml [validation])."""
+    from lxpu_admin.install.tagfiles import write_site_validation_job
+
     jobs = json.loads((REPO / "recipes" / "rendered" / "install-data.json").read_text())["jobs"]
     data = next(job["validation"] for key, job in jobs.items() if key.startswith(f"{site}/"))
     return write_site_validation_job(prefix, data)

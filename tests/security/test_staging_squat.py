@@ -71,7 +71,7 @@ def packed(shared_install: SharedInstall, accounts: Accounts) -> Iterator[Packed
 
 
 def _pack(build: Path) -> str:
-    """The build's image and pack.env (the fields lxpu_engine/pack.py records), readable by every account."""
+    """The build's image and pack.env (the fields lxpu_admin/envside/pack.py records), readable by every account."""
     pack = build / "share" / "lightning-xpu" / "pack"
     pack.mkdir(parents=True, exist_ok=True)
     image = build.parent / f".{build.name}.env.tar.gz.tmp"  # outside the tree tar reads ("file changed": exit 1)

@@ -1,11 +1,11 @@
 # shellcheck shell=bash
 # lightning-setup.lib.sh: the code of every setup script lightning-setup-<tag>.sh, which holds only its data and
 # runs `. <prefix>/.lightning-setup.lib.sh CONTRACT TAG INSTALL_JOB VARIANT` (the install writes both,
-# lxpu_engine/tagfiles.py). It sets up <prefix>/<TAG>, never changes shell options and leaves no function or
+# lxpu_admin/install/tagfiles.py). It sets up <prefix>/<TAG>, never changes shell options and leaves no function or
 # variable behind besides what it exports. One library serves every tag of a prefix, whose install jobs may come
 # from different checkouts: bump the contract (recipes/render.py reads the line `local contract=N`) with any change
 # to the arguments or their meaning; the check reads only CONTRACT, TAG, INSTALL_JOB and VARIANT: keep those four.
-# Here is what must run in this shell; the rest is lxpu_engine/setup_lib.py, which every install writes with this
+# Here is what must run in this shell; the rest is lxpu_admin/envside/setup_lib.py, which every install writes with this
 # file, next to it (.lightning-setup.lib.py), and which prints the lines evaluated here.
 
 if [ "${BASH_SOURCE[1]:-}" = "$0" ]; then

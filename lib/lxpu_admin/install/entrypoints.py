@@ -1,0 +1,174 @@
+"""The entry points of a tag: its setup script and modulefile, the shared code they call (the modulefile body next to
+the modulefiles, the setup library next to the setup scripts; one of each for every tag of the prefix, each
+checking the contract its callers were written for), and the site's validation job. Identical for every build of
+a tag (they resolve <prefix>/<tag>): written by temporary file + rename, and left untouched when unchanged."""
+
+from __future__ import annotations
+
+import glob
+import grp
+import os
+import re
+from pathlib import Path
+
+from lxpu_admin.install.state import State, fail, quote, say, warn
+from lxpu_admin.install.tagfiles import (
+    MODULE_DIR,
+    SETUP_HELPER,
+    SETUP_HELPER_NAME,
+    VALIDATION_LIBRARY_NAME,
+    TagData,
+    modulefile_name,
+    setup_name,
+    site_job_current,
+    tag_files_current,
+    write_atomic,
+    write_site_validation_job,
+    write_tag_files,
+)
+
+
+def tag_entry_points(state: State) -> tuple[str, str]:
+    """The tag's setup script and modulefile in the prefix."""
+    return f"{state.prefix}/{setup_name(state.tag)}", f"{state.prefix}/{modulefile_name(state.tag)}"
+
+
+def _shared_code(state: State) -> dict[str, str]:
+    """Each shared file in the prefix -> its source in the repository."""
+    data = state.data
+    return {f"{state.prefix}/{data['setup_library_name']}": f"{state.source}/{data['setup_library']}",
+            f"{state.prefix}/{SETUP_HELPER_NAME}": f"{state.source}/{SETUP_HELPER}",
+            f"{state.prefix}/{data['module_body']}": f"{state.source}/{data['module_body']}"}  # fmt: skip
+
+
+def share_permissions(state: State, *paths: str, tree: bool = False, read_only: bool = False) -> None:
+    """Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only.
+    READ_ONLY (a build about to be published): no write bit for anyone, its owner included, so that nothing writes
+    into a published build by accident (lxpu_admin/envside/filerecord.py records what it holds)."""
+    group = state["shared_group"]
+    if state.dry:
+        if group or read_only:
+            chmod = "a-w" if read_only else "g-w,o-w"
+            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}{chmod}: {quote(*paths)}")  # noqa: E501
+        return
+    gid = grp.getgrnam(group).gr_gid if group else -1
+    for top in paths:
+        for path in _walk(top) if tree else [top]:
+            info = os.lstat(path)
+            if os.path.islink(path):
+                if group:
+                    os.chown(path, -1, gid, follow_symlinks=False)
+                continue
+            mode = info.st_mode & 0o7777 & ~(0o222 if read_only else 0o002)
+            if group:
+                os.chown(path, -1, gid)
+                executable = os.path.isdir(path) or info.st_mode & 0o111
+                mode = (mode | 0o040 | (0o010 if executable else 0)) & ~0o020
+            if mode != info.st_mode & 0o7777:
+                os.chmod(path, mode)
+
+
+def _walk(top: str) -> list[str]:
+    found = [top]
+    for root, dirs, files in os.walk(top):
+        found += [os.path.join(root, name) for name in (*dirs, *files)]
+    return found
+
+
+def set_modulefile_hidden(state: State, hidden: bool) -> None:
+    """Hide the tag's modulefile from `module avail` (Lmod's hide_version, in the .modulerc.lua of the prefix's
+    modulefiles/lightning-xpu), or show it again. --uninstall keeps the modulefile of a tag whose builds are still
+    in use, hidden: Lmod unloads a module by running its file again, and when the file is gone it drops the module
+    silently and leaves every variable the load set."""
+    path = f"{state.prefix}/{MODULE_DIR}/.modulerc.lua"
+    line = f'hide_version("lightning-xpu/{state.tag}")'
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    wanted = [other for other in lines if other != line] + ([line] if hidden else [])
+    if wanted == lines:
+        return
+    say(f"+ {'hide' if hidden else 'show'} lightning-xpu/{state.tag} in {quote(path)}")
+    if state.dry:
+        return
+    if wanted:
+        write_atomic(Path(path), "".join(f"{other}\n" for other in wanted), 0o644)
+        share_permissions(state, path)
+    else:
+        os.remove(path)
+
+
+def write_entry_points(state: State) -> None:
+    setup, modulefile = tag_entry_points(state)
+    set_modulefile_hidden(state, False)
+    for target, source in _shared_code(state).items():
+        say(f"+ write {quote(target)}")
+        if not state.dry:
+            write_atomic(Path(target), Path(source).read_text(), 0o644)
+    if state.dry:
+        for path in (setup, modulefile, f"{state.prefix}/validate_lightning.sh"):
+            say(f"+ write {quote(path)}")
+        return
+    try:
+        write_tag_files(Path(state.prefix), TagData.from_mapping(state.variant_data))
+    except (OSError, ValueError) as exc:
+        raise fail(state, f"could not write {setup} and {modulefile}: {exc}") from None
+    try:
+        job = write_site_validation_job(Path(state.prefix), state.data["validation"])
+    except (OSError, ValueError) as exc:
+        raise fail(state, f"could not write {state.prefix}/validate_lightning.sh: {exc}") from None
+    share_permissions(state, f"{state.prefix}/modulefiles", tree=True)
+    share_permissions(state, setup, f"{state.prefix}/{state.data['setup_library_name']}",
+                      f"{state.prefix}/{SETUP_HELPER_NAME}", state.envs,
+                      f"{state.prefix}/logs", str(job), f"{state.prefix}/{VALIDATION_LIBRARY_NAME}")  # fmt: skip
+    if state["log"]:
+        share_permissions(state, state["log"])
+    warn_other_contracts(state)
+
+
+def entry_points_current(state: State) -> bool:
+    setup, modulefile = tag_entry_points(state)
+    if not (os.path.isfile(setup) and os.path.isfile(modulefile)):
+        return False
+    if not (tag_files_current(Path(state.prefix), TagData.from_mapping(state.variant_data))
+            and site_job_current(Path(state.prefix), state.data["validation"])):  # fmt: skip
+        return False
+    for target, source in _shared_code(state).items():
+        try:
+            if Path(target).read_bytes() != Path(source).read_bytes():
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _contract(path: str, pattern: str) -> str:
+    try:
+        with open(path) as handle:
+            match = re.search(pattern, handle.read(), re.MULTILINE)
+    except OSError:
+        return ""
+    return match.group(1) if match else ""
+
+
+def warn_other_contracts(state: State) -> None:
+    """The body and library just written serve every tag of the prefix: name the tags whose modulefile or setup
+    script (installed from another checkout) was written for another contract, and so now stops with that
+    message."""
+    data = state.data
+    body = _contract(f"{state.source}/{data['module_body']}", r"^local CONTRACT = ([0-9]+)$")
+    lib = _contract(f"{state.source}/{data['setup_library']}", r"^  local contract=([0-9]+)$")
+    modules = glob.glob(glob.escape(os.path.dirname(f"{state.prefix}/{data['module_body']}")) + "/*.lua")
+    scripts = glob.glob(glob.escape(state.prefix) + "/lightning-setup-*.sh")
+    stale = []
+    for path in sorted(modules) + sorted(scripts):
+        if path.endswith(".lua"):
+            want, have = _contract(path, r"^  contract = ([0-9]+),$"), body
+        else:
+            want, have = _contract(path, r"^\. .* ([0-9]+) [^ ]* [^ ]* [^ ]*$"), lib
+        if want and want != have:
+            stale.append(os.path.basename(path))
+    if stale:
+        warn(f"{', '.join(stale)} in {state.prefix} came from another checkout and need the modulefile body or setup library it replaced: rerun their install jobs from this checkout")  # noqa: E501

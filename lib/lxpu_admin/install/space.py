@@ -1,0 +1,163 @@
+"""The free-space check, and what a full disk is called wherever it happens.
+
+What the rebuild really needs: nothing is deleted before the new build is complete, so the new build's full size
+in bytes AND files (home and project quotas are often in files) must fit next to what exists. The size of the
+published build (recorded at publish, share/lightning-xpu/size) is the estimate, never less than the variant's
+default. A run that will build nothing (the published build has these inputs) needs no space: step 1 then leaves
+the check to the first build step (a no-op on a full disk still succeeds).
+
+A disk that fills up anyway (another user, a quota) fails the step it hits, with one reason that names disk space
+and the file system: `disk_full_reason` (an OSError or a child's output that says ENOSPC or EDQUOT) and
+`explain_failure` (any failure while a file system the install writes to is full). The engine's children that run on the
+environment's interpreter (pack, conda_layer) use the same words; this module needs nothing but the standard
+library and lxpu_admin.install.state.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+
+from lxpu_admin.install.state import State, command_output, fail, say
+
+GIB_KIB = 1048576
+MIB = 1048576
+# ENOSPC and EDQUOT as errno, Python, coreutils and Rust programs (uv, py-rattler) word them.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "os error 28)", "os error 122)")
+# A file system with less than this left (or no free inode) is full for the failure messages: ext4 refuses
+# delayed allocations with some blocks still free.
+NEARLY_FULL_BYTES = 16 * MIB
+
+
+def is_disk_full(error: BaseException | str) -> bool:
+    """An OSError with ENOSPC/EDQUOT, or a program's output that reports one."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+        return True
+    text = error if isinstance(error, str) else str(error)
+    return any(words in text for words in DISK_FULL_TEXTS)
+
+
+def _existing(path: str) -> str:
+    path = os.path.abspath(path or "/")
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_point(path: str) -> str:
+    """The mount point of the file system PATH (or its nearest existing parent) is on."""
+    path = os.path.realpath(_existing(path))
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(path: str) -> tuple[int, int | None]:
+    """(bytes this account may still write, free inodes or None where the file system has no inode limit) on the
+    file system of PATH; root may use the blocks reserved for it."""
+    stats = os.statvfs(_existing(path))
+    blocks = stats.f_bfree if os.geteuid() == 0 else stats.f_bavail
+    return blocks * stats.f_frsize, (stats.f_favail if stats.f_files > 0 else None)
+
+
+def nearly_full(path: str) -> bool:
+    try:
+        space, inodes = free_bytes(path)
+    except OSError:
+        return False
+    return space < NEARLY_FULL_BYTES or inodes == 0
+
+
+def disk_full_reason(path: str, error: BaseException | str = "", fix: str = "") -> str:
+    """The one reason for a full disk or quota under PATH: which, where (the file system's mount point and what is
+    left on it now), and the fix (by default: free space there, or another --prefix)."""
+    text = error if isinstance(error, str) else str(error)
+    what = "disk quota exceeded" if "quota" in text or "os error 122)" in text or getattr(error, "errno", 0) == errno.EDQUOT else "disk full: no space left"  # noqa: E501
+    try:
+        space, inodes = free_bytes(path)
+        left = f"{space // MIB} MiB" + (f" and {inodes} inodes" if inodes is not None else "") + " free now"
+    except OSError:
+        left = "free space unknown"
+    fix = fix or "free space there (--prune removes unused builds) or pick another --prefix"
+    return f"{what} on the file system of {path} (mounted at {mount_point(path)}; {left}): {fix}"
+
+
+def explain_failure(state: State, reason: str) -> str:
+    """A failure's reason, naming disk space when the failure was a full disk: already said (unchanged), or the
+    failing program said ENOSPC/EDQUOT, or a file system the install writes to is (nearly) full now: the prefix's,
+    the uv cache's, the temporary directory's (the first full one is named; the prefix's by default)."""
+    if not state.prefix or "disk full" in reason or "disk quota exceeded" in reason:
+        return reason
+    cache = getattr(state.installer, "uv_cache", "") if state.installer is not None else ""
+    places = [state.prefix, *([cache] if cache else []), os.environ.get("TMPDIR") or "/tmp"]
+    full = next((place for place in places if nearly_full(place)), "")
+    if full or is_disk_full(reason):
+        return f"{reason}; {disk_full_reason(full or state.prefix, reason)}"
+    return reason
+
+
+def published_inputs(state: State) -> str:
+    """The inputs hash of the published build's manifest ("" when none can be read)."""
+    try:
+        with open(f"{state.prefix}/{state.tag}/manifest.json") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
+        return ""
+    return str(manifest.get("inputs_hash", "")) if manifest.get("status") == "installed" else ""
+
+
+def check_space_unless_noop(state: State) -> None:
+    """Step 1: the space check, unless the published build has these inputs (the run will most likely build
+    nothing); the lock step decides, and the first build step checks then (`state.space_checked`)."""
+    if state["force"] != "1" and state.inputs_hash and published_inputs(state) == state.inputs_hash:
+        say("disk:        not checked: the published build has these inputs, so nothing will be built (a rebuild checks before it starts)")  # noqa: E501
+        return
+    check_space(state)
+
+
+def _df(flag: str, path: str) -> list[str]:
+    """The numbers line of `df -P<flag> PATH`."""
+    lines = command_output("df", f"-P{flag}", path)[1].splitlines()
+    return lines[1].split() if len(lines) > 1 else []
+
+
+def check_space(state: State) -> None:
+    """Room for a whole new build under the prefix, in bytes and in files; once per run."""
+    if state.space_checked:
+        return
+    state.space_checked = True
+    need_gib, need_inodes = (3, 40000) if state["variant"] == "cpu" else (15, 100000)
+    if state["base_python"]:
+        need_gib, need_inodes = 1, 5000
+    basis = "default"
+    try:
+        with open(f"{state.prefix}/{state.tag}/share/lightning-xpu/size") as handle:
+            words = handle.readline().split()
+    except OSError:
+        words = []
+    if len(words) == 2 and all(re.fullmatch(r"[0-9]+", word) for word in words):
+        kib, files = int(words[0]), int(words[1])
+        basis = f"the published build has {kib // GIB_KIB} GiB in {files} files"
+        if kib * 11 // 10 > need_gib * GIB_KIB:
+            need_gib = (kib * 11 // 10 + GIB_KIB - 1) // GIB_KIB
+        if files * 11 // 10 > need_inodes:
+            need_inodes = files * 11 // 10
+    need_gib = int(os.environ.get("LIGHTNING_XPU_MIN_FREE_GIB") or need_gib)
+    need_inodes = int(os.environ.get("LIGHTNING_XPU_MIN_FREE_INODES") or need_inodes)
+    path = state.prefix
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    blocks, inodes = _df("k", path), _df("i", path)
+    free_kib = int(blocks[3]) if len(blocks) > 3 and blocks[3].isdigit() else 0
+    total_inodes = inodes[1] if len(inodes) > 3 else ""
+    free_inodes = inodes[3] if len(inodes) > 3 else ""
+    say(f"disk:        {free_kib // GIB_KIB} GiB and {free_inodes or '?'} inodes free under {path}; {need_gib} GiB and {need_inodes} files needed ({basis})")  # noqa: E501
+    if free_kib < need_gib * GIB_KIB:
+        raise fail(state, f"only {free_kib // GIB_KIB} GiB free under {path}, {need_gib} GiB needed: free space (--prune removes unused builds) or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB overrides the check)")  # noqa: E501
+    # File systems without an inode limit report 0 (or -) inodes.
+    if total_inodes.isdigit() and int(total_inodes) > 0 and free_inodes.isdigit():
+        if int(free_inodes) < need_inodes:
+            raise fail(state, f"only {free_inodes} free inodes (files) under {path}, {need_inodes} needed: free files (--prune removes unused builds) or pick another --prefix (LIGHTNING_XPU_MIN_FREE_INODES overrides the check)")  # noqa: E501

@@ -1,7 +1,0 @@
-"""lightning-xpu install engine, in Python (issue 19): standard library only, Python 3.9 or newer.
-
-`bin/lightning-xpu-admin` runs `python -B -s -m lxpu_engine` (cli.py); an install runs in this process
-(driver.py) on the Python the shim found. The modules that read the new environment's own packages (manifest,
-pins, pack) run on its interpreter as `PYTHONPATH=<dir of this package> <env>/bin/python -B -m lxpu_engine.<module>`
-(commands.py `engine_on`).
-"""
