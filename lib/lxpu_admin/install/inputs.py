@@ -346,8 +346,9 @@ def conda_layer_spec(state: State) -> str:
     return f"channels:\n{channels}dependencies:\n  - python={state.variant_data['python']}\n  - pip\n"
 
 
-# The repository's files an environment is built from: the wheel's sources, and the engine's own (scripts/common).
-_REPOSITORY_ITEMS = (*PACKAGE_SOURCES, "scripts/common")
+# The repository's files an environment is built from: the wheel's sources, the engine's own (lib: the admin
+# package, whose envside modules run in the build) and the shared scripts it copies (scripts/common).
+_REPOSITORY_ITEMS = (*PACKAGE_SOURCES, "lib", "scripts/common")
 
 
 def _repository_digest(source: str) -> str:
