@@ -11,6 +11,7 @@ import pytest
 from recipe_helpers import Recipes, edit, run_render
 
 from lightning_xpu.versions import ADVISORY, EXCLUDED, REQUIREMENT
+from lxpu_admin import paths
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PIN = 'lightning = { version = "2.6.6"'
@@ -31,7 +32,7 @@ def test_the_renderer_reads_versions_py_without_the_runtime_package() -> None:
     # lightning_xpu is importable here (PYTHONPATH), yet never imported: its import would install the Lightning hook.
     code = "import sys, lxpu_admin.render.lightning_range as r; r.lightning_versions();" \
            " print(sorted(m for m in sys.modules if m.startswith('lightning_xpu')))"
-    env = {**os.environ, "PYTHONPATH": str(RECIPES.parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(paths.LIB), str(RECIPES.parent)])}
     done = subprocess.run([sys.executable, "-c", code], cwd=RECIPES, env=env, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
