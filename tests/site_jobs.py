@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,11 +42,11 @@ def site_setup(directory: Path, site: str, extra_path: list[str] | None = None) 
 
 
 def work_directory(directory: Path) -> Path:
-    """A user's directory with a train.py: the toy fit, reporting each rank into ranks/."""
+    """A user's directory with a train.py: the toy fit (copied beside it), reporting each rank into ranks/."""
     directory.mkdir(parents=True)
+    shutil.copy(TOY_FIT_DIR / "toy_fit.py", directory / "toy_fit.py")
     (directory / "train.py").write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(TOY_FIT_DIR)!r})\n"
         "import toy_fit\n"
         'sys.exit(toy_fit.main(["--out", "ranks", "--import-lightning-xpu", "--samples", "32", *sys.argv[1:]]))\n'
     )

@@ -549,8 +549,9 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 def bootstrap_env(profile: Profile, base: dict[str, str], devices: int = 2, oneccl: bool = False) -> dict[str, str]:
     """`base` plus what makes every Python process started with it (mpiexec/srun/Lightning ranks) simulate
-    `profile`: the bootstrap directory first on PYTHONPATH and the profile variables."""
-    path = os.pathsep.join(filter(None, [str(BOOTSTRAP_DIR), base.get("PYTHONPATH")]))
+    `profile`: the bootstrap directory first on PYTHONPATH, then the repository (its sitecustomize imports
+    tests.xpu_simulation), and the profile variables."""
+    path = os.pathsep.join(filter(None, [str(BOOTSTRAP_DIR), str(BOOTSTRAP_DIR.parents[1]), base.get("PYTHONPATH")]))
     return {**base, "PYTHONPATH": path, PROFILE_VARIABLE: profile.as_env(), DEVICES_VARIABLE: str(devices),
             ONECCL_VARIABLE: "1" if oneccl else "0"}
 

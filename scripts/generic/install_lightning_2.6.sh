@@ -14,7 +14,7 @@ for arg in ${LIGHTNING_XPU_INSTALL_ARGS:-} "$@"; do [[ "$prev" != --source ]] ||
 for dir in "${dirs[@]}"; do
   dir="$({ cd "${dir:?}" && pwd -P; } 2>/dev/null)" || continue
   while [[ ! -x "$dir/bin/lightning-xpu-admin" && "$dir" != / ]]; do dir="$(dirname "$dir")"; done
-  [[ ! -x "$dir/bin/lightning-xpu-admin" ]] || exec "$dir/bin/lightning-xpu-admin" install --contract 5 --version 2.6 --site generic "$@"
+  [[ ! -x "$dir/bin/lightning-xpu-admin" ]] || exec "$dir/bin/lightning-xpu-admin" install --contract 6 --version 2.6 --site generic "$@"
 done
 printf '%s\n' "install_lightning_2.6.sh: error: cannot find the lightning-xpu repository (with bin/lightning-xpu-admin) from ${dirs[*]}: submit from inside the repository or pass --source DIR" >&2
 exit 2

@@ -8,11 +8,8 @@ before any user code runs. Without `LXPU_SIM_PROFILE` it does nothing.
 """
 
 import os
-import sys
-from pathlib import Path
 
-if os.environ.get("LXPU_SIM_PROFILE"):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for tests.xpu_simulation
+if os.environ.get("LXPU_SIM_PROFILE"):  # bootstrap_env puts the repository on PYTHONPATH beside this directory
     from tests.xpu_simulation import bootstrap_from_environment
 
     bootstrap_from_environment()

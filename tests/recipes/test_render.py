@@ -70,9 +70,10 @@ def test_every_version_site_variant_renders(
     assert f'  tag = "{tag}",\n' in modulefile  # the body's data
     assert f" --version {minor} --site {site} " in install  # the job names its recipe; the data file holds it
     data = rendered.job_data(site, minor)["variants"][variant]
-    assert (data["tag"], data["module"], data["setup"]) == (tag, f"lightning-xpu/{tag}", f"lightning-setup-{tag}.sh")
     # The install writes both from the variant's data in the data file: the same files as this preview.
     tag_data = TagData.from_mapping(data)
+    names = (tag_data.tag, tag_data.module, tag_data.setup_name)
+    assert names == (tag, f"lightning-xpu/{tag}", f"lightning-setup-{tag}.sh")
     assert (modulefile_text(tag_data), setup_text(tag_data)) == (modulefile, setup)
 
 
@@ -165,8 +166,8 @@ def test_install_data_follows_the_engine_contract(rendered: Rendered, recipes: R
     xpu_lock = recipes.lock_path(minor, "xpu")
     assert data["variants"]["xpu"]["lock"] == (recipes.shown(xpu_lock) if xpu_lock.is_file() else "")
     assert data["site_env"] == []  # the plain site sets no site variables
-    names = version.names(lv)
-    assert (variant["setup"], variant["module"]) == (names.setup, names.module)
+    names, tag_data = version.names(lv), TagData.from_mapping(variant)
+    assert (tag_data.setup_name, tag_data.module) == (names.setup, names.module)  # the engine derives the same names
     assert re.fullmatch(r"[0-9a-f]{64}", data["recipe_hash"])
     assert TagData.from_mapping(variant) == TagData.from_mapping(Renderer(recipes).tag_data(version, lv))
 

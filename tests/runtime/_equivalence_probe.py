@@ -16,10 +16,7 @@ import logging
 import re
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for tests.conftest
 
 from lightning_grid import QUIET
 

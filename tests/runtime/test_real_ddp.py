@@ -68,8 +68,7 @@ def test_lightning_launched_ddp_fit_all_reduces_gradients(tmp_path: Path, namesp
 
 OBJECT_WORKER = """
 import json, sys
-rank, port, out, tests, namespace = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-sys.path.insert(0, tests)
+rank, port, out, namespace = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 from tests.conftest import register_stand_in_ccl_backend
 register_stand_in_ccl_backend()
 import importlib
@@ -108,9 +107,8 @@ def test_objects_cross_real_processes_over_the_gloo_group_on_ccl(tmp_path: Path,
     script = tmp_path / "object_worker.py"
     script.write_text(OBJECT_WORKER)
     port = str(free_port())
-    tests = str(REPO / "tests")
-    workers = [
-        subprocess.Popen([sys.executable, str(script), str(rank), port, str(tmp_path / f"rank-{rank}.json"), tests,
+    workers = [  # clean_environment() puts the repository on PYTHONPATH, for tests.conftest
+        subprocess.Popen([sys.executable, str(script), str(rank), port, str(tmp_path / f"rank-{rank}.json"),
                           namespace], env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
         for rank in (0, 1)

@@ -1,9 +1,9 @@
 """manifest.json of a new build: the recipe, the inputs, where every package came from (with its sha256 where
 known), the steps' timings, the smoke job's result and the packed image.
 
-Run by the install (lxpu_admin/install/build.py, step 10) on the new environment's own interpreter, whose installed
-distributions it lists: `python -m lxpu_admin.envside.manifest ENV --tag=... ...` (every value an option: see
-`--help`). It reads share/lightning-xpu/ (steps.tsv, smoke.json, pip-report.json, requirements.txt, wheels/,
+Run by the install (lxpu_admin/install/build.py, the manifest step) on the new environment's own interpreter,
+whose installed distributions it lists: `python -m lxpu_admin.envside.manifest ENV --tag=... ...` (every value an
+option: see `--help`). It reads share/lightning-xpu/ (steps.tsv, smoke.json, pip-report.json, requirements.txt, wheels/,
 bytecompile-failures.txt, pack/pack.json) and writes ENV/manifest.json by one rename.
 
 First it makes the build its own (lxpu_admin/envside/filerecord.py): every file that shares its inode with another path

@@ -4,7 +4,7 @@ Run by the install (lxpu_admin/install/build.py) on the new environment's own in
   relocatable ENV       before the smoke job: script launchers find the interpreter next to themselves, as
                         `uv venv --relocatable` writes them, and activate computes its own path. The smoke job
                         then tests the environment as it will be packed.
-  make ENV SITE TAG     in the background while the smoke job runs (step 9 waits for it): writes the image
+  make ENV SITE TAG     in the background while the smoke job runs (the pack step waits for it): writes the image
                         <ENV>/share/lightning-xpu/pack/env.tar.zst (or .tar.gz), checks that it runs from another
                         path, and records the result in pack.env (KEY=value lines that lightning-xpu-stage reads
                         without starting Python) and pack.json (into manifest.json). SIGTERM stops it and

@@ -139,7 +139,8 @@ def install_guards(env: Path, python: Path) -> list[Path]:
     origin, has_pip, version = json.loads(done.stdout)
     if origin is None:
         raise RuntimeError(f"{python} has no lightning_xpu: install it before the pins")
-    # Loaded from its file: lightning_xpu's package __init__ is not needed to write two launchers.
+    # A documented by-path load (issue 28), as lightning_range.py's: the runtime's pip guard, read from the
+    # environment's lightning_xpu without importing the runtime package (its import installs the Lightning hook).
     spec = importlib.util.spec_from_file_location("lxpu_pipguard", Path(origin).parent / "report" / "pipguard.py")
     assert spec and spec.loader
     guard = importlib.util.module_from_spec(spec)

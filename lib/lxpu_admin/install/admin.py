@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 import time
 
 from lxpu_admin.envside.setup_lib import write_file
@@ -21,17 +20,13 @@ from lxpu_admin.install.state import State, bad_input, fail, run, say, warn
 
 def validate_action(state: State) -> None:
     """The admin actions' options (parsed by the driver): bad input before anything is written."""
-    keep, older_than, action = state["keep"], state["older_than"], state["action"]
-    if keep and not re.fullmatch(r"[0-9]+", keep):
-        raise bad_input(state, f"--keep must be a whole number of builds, not '{keep}'")
-    if older_than and not re.fullmatch(r"[0-9]+", older_than):
-        raise bad_input(state, f"--older-than must be a whole number of days, not '{older_than}'")
+    limited, action = state.keep is not None or state.older_than is not None, state.action
     if action == "prune":
-        if not keep + older_than:
+        if not limited:
             raise bad_input(state, "--prune needs --keep N (keep the N newest builds) or --older-than DAYS: see --help")
-    elif keep + older_than:
+    elif limited:
         raise bad_input(state, "--keep and --older-than go with --prune: add --prune")
-    if action != "install" and state["force"] == "1":
+    if action != "install" and state.force:
         raise bad_input(state, f"--force rebuilds: it does not go with --{action}")
     prefix, tag = state.prefix, state.tag
     if action == "rollback" and not os.path.isdir(prefix):
@@ -56,7 +51,7 @@ def _anything_installed(state: State) -> bool:
 
 def _protected(state: State, name: str) -> str:
     """Why a build must stay (published, rollback, in use); empty when it may go."""
-    current = state["current"]
+    current = state.current
     if name == current:
         return f"published as {state.prefix}/{state.tag}"
     previous = recorded_previous(state, current) or ""
@@ -69,8 +64,8 @@ def _protected(state: State, name: str) -> str:
 def _remove_unprotected(state: State) -> tuple[list[str], list[str]]:
     """Remove every complete build of the tag except the published one, its rollback build, those with a live
     lease and those --keep or --older-than keep. Returns (removed, kept with why)."""
-    keep, older_than = state["keep"], state["older_than"]
-    cutoff = int(time.time()) - int(older_than) * 86400 if older_than else None
+    keep, older_than = state.keep, state.older_than
+    cutoff = int(time.time()) - older_than * 86400 if older_than is not None else None
     removed: list[str] = []
     kept: list[str] = []
     remove_stale_leases(state)
@@ -86,7 +81,7 @@ def _remove_unprotected(state: State) -> tuple[list[str], list[str]]:
             continue
         n += 1
         why = ""
-        if keep and n <= int(keep):
+        if keep is not None and n <= keep:
             why = f"one of the {keep} newest"
         elif cutoff is not None and int(os.stat(f"{state.envs}/{name}/manifest.json").st_mtime) > cutoff:
             why = f"younger than {older_than} days"
@@ -125,7 +120,7 @@ def uninstall(state: State) -> str:
     # it again to undo the load (a missing file leaves every variable set). The last build's removal removes it.
     set_modulefile_hidden(state, True)
     run(state, "rm", "-f", setup, *[link for link in links if not real_directory(link)])
-    state.set("current", "")
+    state.current = ""
     removed, kept = _remove_unprotected(state)
     if not kept:
         _drop_uninstalled_modulefile(state)
@@ -140,33 +135,42 @@ def uninstall(state: State) -> str:
     say(f"+ write {marker}")
     if not state.dry:
         write_file(marker, datetime.datetime.now().astimezone().isoformat(timespec="seconds") + "\n")
-    return result + f"; kept {len(kept)} in use: {', '.join(kept)}; --prune --keep 0 removes them once their jobs have ended)"  # noqa: E501
+    return (
+        f"{result}; kept {len(kept)} in use: {', '.join(kept)}; --prune --keep 0 removes them once their jobs have "
+        "ended)"
+    )
 
 
 def rollback(state: State) -> str:
-    source = state["current"]
+    source = state.current
     if not source:
         raise fail(state, f"no published build of {state.tag} in {state.prefix} to roll back from")
     target = recorded_previous(state, source) or ""
     if not target:
-        raise fail(state, f"{source} records no rollback build (it was the first build of {state.tag} here): nothing to roll back to")  # noqa: E501
+        raise fail(state, f"{source} records no rollback build (it was the first build of {state.tag} here): nothing "
+                          "to roll back to")
     if not complete(state, target):
         if not reached_publishing(state, target):
-            raise fail(state, f"the rollback build {target} recorded in {source} is gone or incomplete: nothing to roll back to")  # noqa: E501
+            raise fail(state, f"the rollback build {target} recorded in {source} is gone or incomplete: nothing to "
+                              "roll back to")
         # It was published (a kill right after its publishing rename) and damaged since: kept, as a published
         # build with a damaged manifest is (lxpu_admin/install/links.py), until an install rebuilds.
-        warn(f"the rollback build {target} has a missing or truncated manifest.json: rolling back to it all the same (it was published before); the next install rebuilds")  # noqa: E501
+        warn(f"the rollback build {target} has a missing or truncated manifest.json: rolling back to it all the same "
+             "(it was published before); the next install rebuilds")
     set_link(state, f"{state.prefix}/{state.tag}", f".envs/{target}")
-    state.set("current", target)
+    state.current = target
     check_previous(state, quiet=True)
-    return f"rolled back {state.prefix}/{state.tag} from .envs/{source} to .envs/{target} ({source} is kept for jobs that use it; --prune removes it once unused)"  # noqa: E501
+    return (
+        f"rolled back {state.prefix}/{state.tag} from .envs/{source} to .envs/{target} ({source} is kept for jobs "
+        "that use it; --prune removes it once unused)"
+    )
 
 
 ACTIONS = {"prune": prune, "uninstall": uninstall, "rollback": rollback}
 
 
 def admin_action(state: State) -> None:
-    result = ACTIONS[state["action"]](state)
+    result = ACTIONS[state.action](state)
     if state.dry:
         result = f"dry run, nothing was changed; it would have: {result}"
-    state.set("result", result)
+    state.result = result

@@ -1,4 +1,4 @@
-"""Steps 3 to 10: build the environment at its final path (venvs are not relocatable), check it, pack it and
+"""The build steps: build the environment at its final path (venvs are not relocatable), check it, pack it and
 record it. Nothing here is visible to anyone before the publish step (lxpu_admin/install/publish.py)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _HOOK = 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import
 
 
 def share(state: State) -> str:
-    return f"{state['env']}/share/lightning-xpu"
+    return f"{state.env}/share/lightning-xpu"
 
 
 def write_new(state: State, path: str, text: str) -> None:
@@ -36,8 +36,8 @@ def write_new(state: State, path: str, text: str) -> None:
 
 
 def create_env(state: State) -> None:
-    env = state["env"]
-    check_space(state)  # where step 1 expected a no-op and left it to the first build step
+    env = state.env
+    check_space(state)  # where the check step expected a no-op and left it to the first build step
     say(f"build: {env}")
     if not state.dry:
         os.makedirs(state.envs, exist_ok=True)
@@ -60,13 +60,13 @@ def create_env(state: State) -> None:
             args.append(f"--tool-cache={state.installer.uv_cache}")
         engine_on(state, sys.executable, "install.conda_layer", *args, failure="the conda layer could not be built",
                   why=conda_layer_error)  # fmt: skip
-    elif state["base_python"]:
+    elif state.base_python:
         state.installer.create_venv(env, "--system-site-packages")
         if state.base_is_venv:
             # A venv's --system-site-packages means its base interpreter's, not the base venv's: point a .pth
             # file at the base venv's site-packages so its torch is seen.
             pth = f"{state.site_packages}/_lightning_xpu_base.pth"
-            argv = [state["base_python"], "-c", 'import site; print("\\n".join(site.getsitepackages()))']
+            argv = [state.base_python, "-c", 'import site; print("\\n".join(site.getsitepackages()))']
             say(f"+ {quote(*argv)} > {quote(pth)}")
             if not state.dry:
                 with open(pth, "w") as handle:
@@ -99,7 +99,7 @@ def install_packages(state: State) -> None:
         # The pinned build tools go in with the pins (a lock has them already, hashed).
         with open(reqs, "w") as handle:
             handle.write("".join(f"{line}\n" for line in (*variant["requirements"], *state.data["build_tools"])))
-    if state["base_python"] and not state.dry:
+    if state.base_python and not state.dry:
         drop_base_packages(state, reqs)
     # pip's report records the hash of every file it installed (the manifest's sha256); uv has no report, and the
     # manifest takes the hashes from the lock instead.
@@ -117,7 +117,7 @@ print(json.dumps({re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version 
 def drop_base_packages(state: State, reqs: str) -> None:
     """With --base-python: requirements the base Python already satisfies by name are not reinstalled (torch above
     all); the base's versions are what the environment gets, and the manifest records them."""
-    have = json.loads(subprocess.run([state["base_python"], "-c", _BASE_HAS], capture_output=True, text=True,
+    have = json.loads(subprocess.run([state.base_python, "-c", _BASE_HAS], capture_output=True, text=True,
                                      check=True).stdout)  # fmt: skip
     kept, dropped, entry = [], [], []
     with open(reqs) as handle:
@@ -160,9 +160,14 @@ def install_runtime(state: State) -> None:
                 shutil.copytree(path, f"{build}/{item}", ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
             elif os.path.exists(path):
                 shutil.copy2(path, build)
-    has_tools = 'import importlib.metadata as m, importlib.util as u, sys\nv = tuple(int(x) for x in m.version("setuptools").split(".")[:2])\nsys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)'  # noqa: E501
+    has_tools = (
+        "import importlib.metadata as m, importlib.util as u, sys\n"
+        'v = tuple(int(x) for x in m.version("setuptools").split(".")[:2])\n'
+        'sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)'
+    )
     if state.dry or subprocess.run([state.env_python, "-c", has_tools], capture_output=True, check=False).returncode:
-        say("(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build tools)")  # noqa: E501
+        say("(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build "
+            "tools)")
         install_build_tools(state)
     state.installer.wheel(build, wheels)
     if state.dry:
@@ -201,12 +206,12 @@ def install_build_tools(state: State) -> None:
 
 def enable_hook(state: State) -> None:
     """The zero-code-change hook, the site's variables and modules, the toy fit the smoke job runs."""
-    data, env = state.data, state["env"]
+    data, env = state.data, state.env
     write_new(state, f"{state.site_packages}/lightning_xpu-autoload.pth", _HOOK)
     write_new(state, f"{env}/lightning-xpu-site.sh", "".join(f"{line}\n" for line in data["site_env"]))
     # The modules the module and setup script load: the site's, and the one that gave the venv its Python.
     modules = list(data["modules"])
-    if data["python_module"] and state.env_manager == "venv" and not state["base_python"]:
+    if data["python_module"] and state.env_manager == "venv" and not state.base_python:
         modules.append(data["python_module"])
     write_new(state, f"{env}/lightning-xpu-site-modules.txt", "".join(f"{name}\n" for name in modules))
     run(state, "cp", f"{state.source}/scripts/common/toy_fit.py", f"{share(state)}/")
@@ -215,7 +220,7 @@ def enable_hook(state: State) -> None:
 def write_pins(state: State) -> None:
     """The environment's pins (lxpu_admin/envside/pins.py: constraints.txt), which the module and setup script apply to
     every pip and uv install into the environment or a user layer."""
-    engine_on(state, state.env_python, "envside.pins", "write", state["env"],
+    engine_on(state, state.env_python, "envside.pins", "write", state.env,
               failure="writing the environment's pins (constraints.txt) failed (see above)")
 
 
@@ -230,16 +235,16 @@ def pack_relocatable(state: State) -> None:
         "-m",
         "0755",
         f"{state.source}/scripts/common/stage/lightning-xpu-stage",
-        f"{state['env']}/bin/",
+        f"{state.env}/bin/",
     )
-    engine_on(state, state.env_python, "envside.pack", "relocatable", state["env"],
+    engine_on(state, state.env_python, "envside.pack", "relocatable", state.env,
               failure="making the environment relocatable failed (see above)")
 
 
 def byte_compile(state: State) -> None:
     # Packages' own test suites (a tests/ or test/ directory, a fifth of the files) are never imported by a
     # training job: left as source.
-    argv = [state.env_python, "-m", "compileall", "-q", "-j0", "-x", "/site-packages/.+/tests?/", f"{state['env']}/lib"]
+    argv = [state.env_python, "-m", "compileall", "-q", "-j0", "-x", "/site-packages/.+/tests?/", f"{state.env}/lib"]
     say(f"+ {quote(*argv)}")
     if state.dry:
         return
@@ -290,7 +295,7 @@ class Packer:
         if state.dry:
             return
         sys.stdout.flush()
-        argv, env = engine_command(state.env_python, "envside.pack", "make", state["env"], state.data["site"],
+        argv, env = engine_command(state.env_python, "envside.pack", "make", state.env, state.data["site"],
                                    state.tag)  # fmt: skip
         self.child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       pass_fds=state.child_fds())  # fmt: skip
@@ -302,7 +307,7 @@ class Packer:
     def finish(self, state: State) -> None:
         if state.dry:
             site = state.data["site"]
-            argv = engine_command(state.env_python, "envside.pack", "make", state["env"], site, state.tag)[0]
+            argv = engine_command(state.env_python, "envside.pack", "make", state.env, site, state.tag)[0]
             say(f"+ {quote(*argv)} (during the smoke job)")
             return
         assert self.child is not None and self.reader is not None
@@ -313,7 +318,8 @@ class Packer:
         sys.stdout.write(text)
         if status != 0:
             errors = [line.removeprefix("ERROR: ") for line in text.splitlines() if line.startswith("ERROR: ")]
-            raise fail(state, f"writing the packed image failed (exit {status}): {errors[-1] if errors else 'see above'}")  # noqa: E501
+            raise fail(state, f"writing the packed image failed (exit {status}): "
+                              f"{errors[-1] if errors else 'see above'}")
 
     def stop(self) -> None:
         if self.child is not None:
@@ -325,9 +331,9 @@ class Packer:
 def smoke(state: State) -> None:
     """The environment as the setup script and modulefile give it: `lightning-xpu validate --level smoke` (its
     console script: `python -m` would import a lightning_xpu from the working directory, a checkout's)."""
-    env = state["env"]
+    env = state.env
     argv = [f"{env}/bin/lightning-xpu", "validate", "--level", "smoke", "--json", f"{share(state)}/smoke.json"]
-    if state["variant"] == "xpu":
+    if state.variant == "xpu":
         argv.append("--require-xpu")
     say(f"+ {quote(*argv)}")
     if state.dry:
@@ -353,24 +359,24 @@ def smoke_failures(path: str) -> str:
 
 
 def write_manifest(state: State) -> None:
-    say(f"+ write {quote(state['env'] + '/manifest.json')}")
+    say(f"+ write {quote(state.env + '/manifest.json')}")
     if state.dry:
         return
     with open(f"{share(state)}/steps.tsv", "w") as handle:
         handle.write("".join(f"{line}\n" for line in state.timings))
-    if state["log"]:
+    if state.log:
         sys.stdout.flush()
-        shutil.copy(state["log"], f"{share(state)}/install.log")
+        shutil.copy(state.log, f"{share(state)}/install.log")
     data, installer = state.data, state.installer
     args = {
-        "tag": state.tag, "torch": data["version"], "site": data["site"], "variant": state["variant"],
+        "tag": state.tag, "torch": data["version"], "site": data["site"], "variant": state.variant,
         "lightning": data["lightning"], "python": state.python_version, "recipe-hash": data["recipe_hash"],
         "inputs-hash": state.inputs_hash, "repository": state.source, "commit": state.commit,
         "build-id": state.build_id, "prefix": state.prefix, "env-manager": state.env_manager,
-        "base-python": state["base_python"], "base-torch": state.base_torch, "sources-mode": state.sources_mode,
+        "base-python": state.base_python, "base-torch": state.base_torch, "sources-mode": state.sources_mode,
         "lock-file": state.lock_path, "installer": installer.kind, "installer-version": installer.version,
-        "installer-why": installer.why, "shared-group": state["shared_group"],
+        "installer-why": installer.why, "shared-group": state.shared_group,
     }  # fmt: skip
     words = [f"--{name}={value}" for name, value in args.items()] + [f"--pip-option={o}" for o in state.pip_options]
-    engine_on(state, state.env_python, "envside.manifest", state["env"], *words,
-              failure=f"writing {state['env']}/manifest.json failed (see above)")
+    engine_on(state, state.env_python, "envside.manifest", state.env, *words,
+              failure=f"writing {state.env}/manifest.json failed (see above)")

@@ -1,15 +1,31 @@
 """The builds of a tag: <prefix>/.envs/<tag>.<build-id>, which are complete, and the rollback record in each.
 
+The build id's one writer (new_build_id) and one reader (split_build) are here; the runtime, which imports nothing
+of the admin package, reads it back with its own pattern (lightning_xpu/report/model.py _BUILD_ID).
+
 Builds are immutable once published: nothing here writes into a build.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
+import time
 
 from lxpu_admin.install.state import State
+
+
+def new_build_id(pid: int) -> str:
+    """<YYYYmmddTHHMMSS>-<pid>: unique per host and second, and sorting by build time; never a dot."""
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{pid}"
+
+
+def split_build(name: str) -> tuple[str, str]:
+    """(tag, build id) of a build's name <tag>.<build-id> (the tag may hold dots, the build id none)."""
+    tag, _, build_id = name.rpartition(".")
+    return tag, build_id
 
 
 def builds(state: State) -> list[str]:
@@ -19,29 +35,25 @@ def builds(state: State) -> list[str]:
         if not os.path.isdir(path) or os.path.islink(path):
             continue
         name = os.path.basename(path)
-        build_id = name[len(state.tag) + 1 :]
-        if "." not in build_id and build_id not in ("previous", "uninstalled"):
+        tag, build_id = split_build(name)
+        if tag == state.tag and build_id not in ("previous", "uninstalled"):
             names.append(name)
     return sorted(names, key=os.fsencode, reverse=True)
 
 
 def complete(state: State, name: str | None) -> bool:
-    """A whole manifest.json (it ends with its closing brace) with status "installed" and this tag.
+    """A manifest.json that reads as JSON (not truncated), with status "installed" and this tag.
 
-    Written at step 9, after the smoke job: a build without it never passed, or was killed before.
+    The manifest step writes it after the smoke job: a build without it never passed, or was killed before.
     """
     if not name or not os.path.isdir(f"{state.envs}/{name}"):
         return False
     try:
         with open(f"{state.envs}/{name}/manifest.json", "rb") as handle:
-            text = handle.read()
-    except OSError:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
         return False
-    return (
-        text[-2:].rstrip(b"\n") == b"}"
-        and b'"status": "installed"' in text
-        and f'"tag": "{state.tag}"'.encode() in text
-    )
+    return isinstance(manifest, dict) and manifest.get("status") == "installed" and manifest.get("tag") == state.tag
 
 
 def newest_complete(state: State) -> str:

@@ -50,7 +50,7 @@ def _dead_run_trees(state: State, pattern: str) -> list[str]:
     found = []
     for path in sorted(glob.glob(pattern)):
         pid = path.rsplit(".", 1)[-1]
-        if pid == state["pid"]:
+        if pid == str(state.pid):
             continue
         leases = glob.glob(glob.escape(f"{state.prefix}/.leases/") + f"*.install-{pid}")
         if not any(lease_live(state, lease)[0] for lease in leases):
@@ -63,8 +63,12 @@ def remove_leftovers(state: State) -> int:
     envs, tag = state.envs, state.tag
     if not os.path.isdir(envs):
         return 0
-    trees = _reclaim(state, sorted(glob.glob(glob.escape(f"{envs}/.removing.{tag}.") + "*")), "a build a killed run was removing")  # noqa: E501
-    trees += _reclaim(state, _dead_run_trees(state, glob.escape(f"{state.prefix}/.tools/.tmp.uv-") + "*"), "the uv bootstrap of a killed run")  # noqa: E501
+    trees = _reclaim(state, sorted(glob.glob(glob.escape(f"{envs}/.removing.{tag}.") + "*")), "a build a killed run "
+                                                                                              "was removing")
+    trees += _reclaim(state, _dead_run_trees(state, glob.escape(f"{state.prefix}/.tools/.tmp.uv-") + "*"), "the uv "
+                                                                                                           "bootstrap "
+                                                                                                           "of a "
+                                                                                                           "killed run")
     if trees:
         state.note(f"removed {trees} half-removed or temporary tree(s) of killed runs", quietly=True)
     resolved = follow(f"{envs}/{tag}.previous")
@@ -80,31 +84,35 @@ def remove_leftovers(state: State) -> int:
     if temporary:
         state.note(f"removed {temporary} temporary file(s) of a killed run", quietly=True)
     kept = 0
-    rollback = recorded_previous(state, state["current"]) if state["current"] else None
+    rollback = recorded_previous(state, state.current) if state.current else None
     for name in builds(state):
-        if name in (state["current"], previous, rollback, state.env_name):
+        if name in (state.current, previous, rollback, state.env_name):
             continue
         if complete(state, name):
             kept += 1
             if unpublished(state, name):
-                say(f"keeping the complete build {envs}/{name}: a killed install never published it (--prune removes it)")  # noqa: E501
+                say(f"keeping the complete build {envs}/{name}: a killed install never published it (--prune removes "
+                    "it)")
             continue
         leases = live_leases(state, name)
         if leases:
             say(f"keeping the incomplete build {envs}/{name}: in use or in flight ({'; '.join(leases)})")
             continue
         if not install_leases(state, name) and _skeleton(f"{envs}/{name}"):
-            say(f"removing leftover {envs}/{name} (directories a process of a killed run re-created after its build was removed: no file in it but bytecode caches, and no lease holds it)")  # noqa: E501
+            say(f"removing leftover {envs}/{name} (directories a process of a killed run re-created after its build "
+                "was removed: no file in it but bytecode caches, and no lease holds it)")
             remove_build(state, name)
             state.note(f"removed the leftover {name} of a killed run", quietly=True)
             continue
         if not install_leases(state, name):
-            say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left it (remove it by hand if nothing uses it)")  # noqa: E501
+            say(f"keeping the incomplete build {envs}/{name}: no whole manifest.json, but no install of this tag left "
+                "it (remove it by hand if nothing uses it)")
             continue
         if reached_publishing(state, name):
             # Its install got past the manifest (a kill after the publishing rename leaves its install lease): it
             # was complete, and jobs or a rollback record may use it; its manifest was damaged since.
-            say(f"keeping the build {envs}/{name}: its install reached publishing, but its manifest.json is damaged now (remove it by hand if nothing uses it)")  # noqa: E501
+            say(f"keeping the build {envs}/{name}: its install reached publishing, but its manifest.json is damaged "
+                "now (remove it by hand if nothing uses it)")
             continue
         say(f"removing leftover {envs}/{name} (an incomplete build of a killed run; no lease holds it)")
         remove_build(state, name)
@@ -127,9 +135,9 @@ def cleanup_failed_build(state: State) -> None:
     cannot: the next run does). It must work on a full disk (the likeliest reason it runs): it writes nothing but
     the smoke job's result, moved out of the build (no new space) next to the log, and a failure there is one line."""
     remove_quietly(*glob.glob(glob.escape(state.tmp("")) + "*"))
-    env, link = state["env"], f"{state.prefix}/{state.tag}"
+    env, link = state.env, f"{state.prefix}/{state.tag}"
     published = os.path.islink(link) and os.readlink(link) == f".envs/{state.env_name}"
-    if env and state["published"] != "1" and os.path.isdir(env) and not published:
+    if env and not state.published and os.path.isdir(env) and not published:
         keep_smoke_result(state, f"{env}/share/lightning-xpu/smoke.json")
         say(f"removing the unpublished build {env}")
         remove_quietly(env)
@@ -139,9 +147,9 @@ def cleanup_failed_build(state: State) -> None:
 def keep_smoke_result(state: State, smoke: str) -> None:
     """The smoke job's result goes next to the log (logs/<log name>.smoke.json): moved, where the log is on the
     build's file system (as it is in a prefix), else copied."""
-    if not os.path.isfile(smoke) or not state["log"]:
+    if not os.path.isfile(smoke) or not state.log:
         return
-    kept = state["log"].removesuffix(".log") + ".smoke.json"
+    kept = state.log.removesuffix(".log") + ".smoke.json"
     try:
         try:
             os.replace(smoke, kept)
@@ -158,11 +166,11 @@ def finish(state: State, status: int) -> None:
     keeps its log as logs/install-<tag>-noop.log, replacing the previous one, so logs/ does not grow per no-op
     run; other runs keep the newest LIGHTNING_XPU_KEEP_LOGS (default 30) logs of the tag."""
     drop_install_lease(state)
-    log = state["log"]
+    log = state.log
     if not log or not os.path.isfile(log):
         return
     logs = f"{state.prefix}/logs"
-    if status == 0 and state["noop"] == "1" and not state.notes:
+    if status == 0 and state.noop and not state.notes:
         try:
             os.replace(log, f"{logs}/install-{state.tag}-noop.log")
         except OSError as exc:  # a rename needs no space, but a full directory block may: the log stays as it is

@@ -81,5 +81,5 @@ def run_logged(
         return
     status, output = _streamed(state, argv)
     if status != 0:
-        state.set("fail_reason", reason(output, status))
+        state.fail_reason = reason(output, status)
         raise Stop(exit_status or status)

@@ -37,7 +37,6 @@ from lxpu_admin import paths
 from lxpu_admin.install import toolcache
 from lxpu_admin.install.space import disk_full_reason, free_bytes, is_disk_full
 
-WORKER = Path(__file__).with_name("conda_worker.py")
 TOOLS_LOCK = paths.RECIPES / "tools" / "conda-tools.txt"
 RECORD = Path("conda-meta") / "lightning-xpu-explicit.txt"
 EXPLICIT = "@EXPLICIT"
@@ -186,8 +185,11 @@ def run_worker(python: str, command: str, request: dict, scratch: Path) -> dict:
     """The child's result; a crash, a kill or a missing result is one line, whatever the child left behind."""
     request_path, result_path = scratch / f"{command}.request.json", scratch / f"{command}.result.json"
     request_path.write_text(json.dumps(request), encoding="utf-8")
+    # The worker is this package's module, run on PYTHON with lib/ after what PYTHONPATH holds (py-rattler's copy).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (os.environ.get("PYTHONPATH"), str(paths.LIB))))}
     done = subprocess.run(
-        [python, "-s", "-B", str(WORKER), command, str(request_path), str(result_path)],
+        [python, "-s", "-B", "-m", "lxpu_admin.install.conda_worker", command, str(request_path), str(result_path)],
+        env=env,
         capture_output=True,
         text=True,
         check=False,

@@ -1,6 +1,7 @@
-"""py-rattler, held at arm's length: run by conda_layer.py on an interpreter that has py-rattler, never imported
-by the engine. One request (a JSON file) in, one result (a JSON file) out, then os._exit: py-rattler 0.28 crashes
-at interpreter teardown in about half of the runs (SIGSEGV/abort), so the interpreter is never torn down.
+"""py-rattler, held at arm's length: run by conda_layer.py on an interpreter that has py-rattler
+(`python -m lxpu_admin.install.conda_worker`), never imported by the engine. One request (a JSON file) in, one
+result (a JSON file) out, then os._exit: py-rattler 0.28 crashes at interpreter teardown in about half of the runs
+(SIGSEGV/abort), so the interpreter is never torn down.
 
   solve REQUEST RESULT     channels + specs -> the records (url, sha256, file name) of the solution
   install REQUEST RESULT   verified local package files -> installed into a prefix (no solve), every file copied

@@ -23,12 +23,13 @@ from lxpu_admin.envside.setup_lib import create_exclusive
 from lxpu_admin.install import inputs, options
 from lxpu_admin.install.admin import validate_action
 from lxpu_admin.install.build import stop_pack
+from lxpu_admin.install.builds import new_build_id
 from lxpu_admin.install.cleanup import cleanup_failed_build, finish
 from lxpu_admin.install.installer import Installer
 from lxpu_admin.install.publish import after_publish_failure
 from lxpu_admin.install.space import disk_full_reason, explain_failure, is_disk_full
 from lxpu_admin.install.state import State, Stop, end_step, say, seconds_since, start_step
-from lxpu_admin.install.steps import ADMIN_STEPS, EXTRA_TITLES, INSTALL_STEPS
+from lxpu_admin.install.steps import ADMIN_STEPS, EXTRA_TITLES, install_steps
 
 _SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
@@ -83,11 +84,7 @@ def _ignore_signals() -> None:
 
 
 def new_state(data: dict[str, Any], source: str) -> State:
-    state = State(data=data, source=source)
-    for name, value in {"version": data["version"], "pid": str(os.getpid()), "action": "install", "dry_run": "0",
-                        "force": "0", "noop": "0", "published": "0", "lock_timeout": "1800"}.items():  # fmt: skip
-        state.set(name, value)
-    return state
+    return State(data=data, source=source, version=data["version"])
 
 
 def prepare(state: State, argv: list[str]) -> bool:
@@ -106,36 +103,36 @@ def prepare(state: State, argv: list[str]) -> bool:
     os.environ["PYTHONNOUSERSITE"] = "1"
     state.inputs_hash = inputs.hash_inputs(state)
     state.commit = inputs.repo_commit(state.source)
-    state.build_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{state['pid']}"
-    state.set("env", f"{state.envs}/{state.tag}.{state.build_id}")
+    state.build_id = new_build_id(state.pid)
+    state.env = f"{state.envs}/{state.tag}.{state.build_id}"
     return True
 
 
 def run_steps(state: State) -> None:
-    if state["action"] != "install":
+    if state.action != "install":
         steps = ADMIN_STEPS
-        titles = {"lock": ADMIN_STEPS[0][1], "action": EXTRA_TITLES[state["action"]]}
+        titles = {"lock": ADMIN_STEPS[0][1], "action": EXTRA_TITLES[state.action]}
     else:
-        steps = INSTALL_STEPS
+        steps = install_steps()
         titles = {key: title for key, title, _ in steps}
     state.step_total = len(steps)
     for key, _title, functions in steps:
         start_step(state, titles[key])
         for function in functions:
             function(state)
-        if state["noop"] == "1":
+        if state.noop:
             return
-    if state["action"] == "install":
+    if state.action == "install":
         if state.dry:
-            state.set("result", "dry run finished: nothing was changed")
+            state.result = "dry run finished: nothing was changed"
         else:
-            state.set("result", f"installed {state.prefix}/{state.tag} -> {os.readlink(f'{state.prefix}/{state.tag}')}")
+            state.result = f"installed {state.prefix}/{state.tag} -> {os.readlink(f'{state.prefix}/{state.tag}')}"
 
 
 def final_result(state: State) -> str:
     """The last line of a successful run: the result plus what else changed (repairs, removals: the notes). A run
     that changed or removed anything never says "nothing changed"."""
-    result, notes = state["result"] or "done", "; ".join(state.notes)
+    result, notes = state.result or "done", "; ".join(state.notes)
     if notes and "nothing changed" in result:
         result = result.replace("nothing changed", notes)
     elif notes:
@@ -158,26 +155,28 @@ def end(state: State, status: int, t0: float, log: Log | None) -> int:
     for signum in _SIGNALS:  # the clean-up finishes whatever arrives now
         signal.signal(signum, signal.SIG_IGN)
     total = seconds_since(t0)
-    name, last = state.tag or state["version"], ""
+    name, last = state.tag or state.version, ""
     if status == 0:
         end_step(state)
         say(f"lightning-xpu {name}: {final_result(state)} (total {total} s)")
         status = 2 if state.would_stop else 0  # a dry run ends as the real run would
-    elif state["published"] == "1" and not state.dry:
+    elif state.published and not state.dry:
         # The new build is live (lxpu_admin/install/publish.py): never FAILED.
         status = after_publish_failure(state, status, total)
         _cleanup_failed_build(state)
     elif status != 2 or state.step_name:
-        where = (f"at step [{state.step_n}/{state.step_total}] {state.step_name}" if state.step_name else "before the first step")  # noqa: E501
+        where = "before the first step"
+        if state.step_name:
+            where = f"at step [{state.step_n}/{state.step_total}] {state.step_name}"
         # Named before the clean-up frees the space: a full disk is the reason whatever the step said.
-        reason = explain_failure(state, state["fail_reason"] or f"exit status {status}")
+        reason = explain_failure(state, state.fail_reason or f"exit status {status}")
         _cleanup_failed_build(state)
-        if state["log"]:
-            say(f"log: {state['log']}")
+        if state.log:
+            say(f"log: {state.log}")
         last = f"lightning-xpu {name}: FAILED {where} after {total} s: {reason}"
         say(last)
     if log is not None and not log.close() and last:
-        _append_to_log(state["log"], last)
+        _append_to_log(state.log, last)
     finish(state, status)
     return status
 
@@ -210,20 +209,20 @@ def main(data: dict[str, Any], source: str, argv: list[str]) -> int:
             say("dry run: printing every step and command; nothing is changed")
         else:
             os.makedirs(f"{state.prefix}/logs", exist_ok=True)
-            state.set("log", f"{state.prefix}/logs/install-{state.tag}-{time.strftime('%Y%m%dT%H%M%S')}-{state['pid']}.log")  # noqa: E501
-            log = Log(state["log"])
+            state.log = f"{state.prefix}/logs/install-{state.tag}-{time.strftime('%Y%m%dT%H%M%S')}-{state.pid}.log"
+            log = Log(state.log)
         run_steps(state)
     except Stop as stop:
         status = stop.status
     except Interrupted as interrupted:
-        state.set("fail_reason", f"interrupted by {interrupted.name}")
+        state.fail_reason = f"interrupted by {interrupted.name}"
         status = interrupted.status
     except OSError as exc:  # a full disk, a permission: one line, as the shell's commands said it
-        state.set("fail_reason", disk_full_reason(exc.filename or state.prefix, exc) if is_disk_full(exc) else str(exc))
-        say(f"ERROR: {state['fail_reason']}")
+        state.fail_reason = disk_full_reason(exc.filename or state.prefix, exc) if is_disk_full(exc) else str(exc)
+        say(f"ERROR: {state.fail_reason}")
         status = 1
     except Exception as exc:  # a bug: its traceback goes to the log, the last line still says where
         traceback.print_exc()
-        state.set("fail_reason", f"internal error: {type(exc).__name__}: {exc}")
+        state.fail_reason = f"internal error: {type(exc).__name__}: {exc}"
         status = 1
     return end(state, status, t0, log)

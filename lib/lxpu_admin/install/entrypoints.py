@@ -14,8 +14,11 @@ from pathlib import Path
 from lxpu_admin.install.state import State, fail, quote, say, warn
 from lxpu_admin.install.tagfiles import (
     MODULE_DIR,
+    MODULEFILE_BODY,
     SETUP_HELPER,
     SETUP_HELPER_NAME,
+    SETUP_LIBRARY,
+    SETUP_LIBRARY_NAME,
     VALIDATION_LIBRARY_NAME,
     TagData,
     modulefile_name,
@@ -35,21 +38,21 @@ def tag_entry_points(state: State) -> tuple[str, str]:
 
 def _shared_code(state: State) -> dict[str, str]:
     """Each shared file in the prefix -> its source in the repository."""
-    data = state.data
-    return {f"{state.prefix}/{data['setup_library_name']}": f"{state.source}/{data['setup_library']}",
+    return {f"{state.prefix}/{SETUP_LIBRARY_NAME}": f"{state.source}/{SETUP_LIBRARY}",
             f"{state.prefix}/{SETUP_HELPER_NAME}": f"{state.source}/{SETUP_HELPER}",
-            f"{state.prefix}/{data['module_body']}": f"{state.source}/{data['module_body']}"}  # fmt: skip
+            f"{state.prefix}/{MODULEFILE_BODY}": f"{state.source}/{MODULEFILE_BODY}"}  # fmt: skip
 
 
 def share_permissions(state: State, *paths: str, tree: bool = False, read_only: bool = False) -> None:
     """Never world-writable, whatever the wheels' file modes were; with --shared-group: that group, read-only.
     READ_ONLY (a build about to be published): no write bit for anyone, its owner included, so that nothing writes
     into a published build by accident (lxpu_admin/envside/filerecord.py records what it holds)."""
-    group = state["shared_group"]
+    group = state.shared_group
     if state.dry:
         if group or read_only:
             chmod = "a-w" if read_only else "g-w,o-w"
-            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}{chmod}: {quote(*paths)}")  # noqa: E501
+            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} "
+                f"{'g+rX,' if group else ''}{chmod}: {quote(*paths)}")
         return
     gid = grp.getgrnam(group).gr_gid if group else -1
     for top in paths:
@@ -120,11 +123,11 @@ def write_entry_points(state: State) -> None:
     except (OSError, ValueError) as exc:
         raise fail(state, f"could not write {state.prefix}/validate_lightning.sh: {exc}") from None
     share_permissions(state, f"{state.prefix}/modulefiles", tree=True)
-    share_permissions(state, setup, f"{state.prefix}/{state.data['setup_library_name']}",
+    share_permissions(state, setup, f"{state.prefix}/{SETUP_LIBRARY_NAME}",
                       f"{state.prefix}/{SETUP_HELPER_NAME}", state.envs,
                       f"{state.prefix}/logs", str(job), f"{state.prefix}/{VALIDATION_LIBRARY_NAME}")  # fmt: skip
-    if state["log"]:
-        share_permissions(state, state["log"])
+    if state.log:
+        share_permissions(state, state.log)
     warn_other_contracts(state)
 
 
@@ -157,10 +160,9 @@ def warn_other_contracts(state: State) -> None:
     """The body and library just written serve every tag of the prefix: name the tags whose modulefile or setup
     script (installed from another checkout) was written for another contract, and so now stops with that
     message."""
-    data = state.data
-    body = _contract(f"{state.source}/{data['module_body']}", r"^local CONTRACT = ([0-9]+)$")
-    lib = _contract(f"{state.source}/{data['setup_library']}", r"^  local contract=([0-9]+)$")
-    modules = glob.glob(glob.escape(os.path.dirname(f"{state.prefix}/{data['module_body']}")) + "/*.lua")
+    body = _contract(f"{state.source}/{MODULEFILE_BODY}", r"^local CONTRACT = ([0-9]+)$")
+    lib = _contract(f"{state.source}/{SETUP_LIBRARY}", r"^  local contract=([0-9]+)$")
+    modules = glob.glob(glob.escape(os.path.dirname(f"{state.prefix}/{MODULEFILE_BODY}")) + "/*.lua")
     scripts = glob.glob(glob.escape(state.prefix) + "/lightning-setup-*.sh")
     stale = []
     for path in sorted(modules) + sorted(scripts):
@@ -171,4 +173,5 @@ def warn_other_contracts(state: State) -> None:
         if want and want != have:
             stale.append(os.path.basename(path))
     if stale:
-        warn(f"{', '.join(stale)} in {state.prefix} came from another checkout and need the modulefile body or setup library it replaced: rerun their install jobs from this checkout")  # noqa: E501
+        warn(f"{', '.join(stale)} in {state.prefix} came from another checkout and need the modulefile body or setup "
+             "library it replaced: rerun their install jobs from this checkout")

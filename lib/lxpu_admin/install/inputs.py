@@ -1,6 +1,6 @@
-"""Step 0: the install's inputs, checked before anything is written (bad input: one line naming the fix, exit 2),
-and the hash of everything that decides what gets built (equal hash + a published manifest with it = nothing to do);
-step 1: what the run will build, from what, and the disk space it needs.
+"""The install's inputs, checked before anything is written (bad input: one line naming the fix, exit 2), and the
+hash of everything that decides what gets built (equal hash + a published manifest with it = nothing to do); the
+check step: what the run will build, from what, and the disk space it needs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import grp
 import hashlib
 import os
 import pwd
-import re
 import shutil
 import stat
 import subprocess
@@ -20,7 +19,7 @@ from lxpu_admin.install.build import PACKAGE_SOURCES
 from lxpu_admin.install.lmod import load_modules
 from lxpu_admin.install.space import check_space_unless_noop
 from lxpu_admin.install.state import State, bad_input, bad_input_unless_dry, command_output, quote, say, warn
-from lxpu_admin.install.tagfiles import SETUP_HELPER
+from lxpu_admin.install.tagfiles import MODULEFILE_BODY, SETUP_HELPER, SETUP_LIBRARY
 from lxpu_admin.lockbind import check_file as lock_refusal
 
 
@@ -54,47 +53,41 @@ def is_repo(path: str) -> bool:
 
 
 def validate(state: State) -> None:
-    options, data = state.options, state.data
-    env = os.environ
-    # Sources may also come from the environment; the options win.
-    options.setdefault("pip_source", env.get("LIGHTNING_XPU_PIP_SOURCE") or "recipe")
-    options.setdefault("index_url", env.get("LIGHTNING_XPU_INDEX_URL", ""))
-    if not options["extra_index_urls"]:
-        options["extra_index_urls"] = env.get("LIGHTNING_XPU_EXTRA_INDEX_URL", "").split()
-    options.setdefault("wheelhouse", env.get("LIGHTNING_XPU_WHEELHOUSE", ""))
-
+    data = state.data
     variants = list(data["variants"])
-    variant = state["variant"] or data["default_variant"]
+    variant = state.variant or data["default_variant"]
     if variant == "auto":
         variant = "xpu" if have_intel_gpu() and "xpu" in variants else "cpu"
         state.auto_cpu_note = variant == "cpu"
     if variant not in ("xpu", "cpu", "cuda", "auto"):
         raise bad_input(state, f"--variant must be xpu, cpu, cuda or auto, not '{variant}'")
     if variant not in variants:
-        raise bad_input(state, f"PyTorch {data['version']} has no '{variant}' variant: pass --variant one of: {' '.join(variants)}")  # noqa: E501
-    state.set("variant", variant)
-    state.set("tag", state.variant_data["tag"])
+        raise bad_input(state, f"PyTorch {data['version']} has no '{variant}' variant: pass --variant one of: "
+                               f"{' '.join(variants)}")
+    state.variant = variant
+    state.tag = state.variant_data["tag"]
 
-    prefix = expand_home(state["prefix"] or data["default_prefix"])
-    state.set("prefix", prefix)
+    prefix = expand_home(state.prefix or data["default_prefix"])
+    state.prefix = prefix
     tag = state.tag
     if ":" in prefix or "\n" in prefix:
-        raise bad_input(state, "--prefix must not contain ':' or a newline (it goes into MODULEPATH): pick another directory")  # noqa: E501
+        raise bad_input(state, "--prefix must not contain ':' or a newline (it goes into MODULEPATH): pick another "
+                               "directory")
     if os.path.exists(prefix) and not os.path.isdir(prefix):
         raise bad_input(state, f"--prefix {prefix} exists and is not a directory")
     if is_repo(prefix):
-        raise bad_input(state, f"--prefix {prefix} is a lightning-xpu repository checkout: install into another directory (e.g. --prefix {prefix}-install)")  # noqa: E501
+        raise bad_input(state, f"--prefix {prefix} is a lightning-xpu repository checkout: install into another "
+                               f"directory (e.g. --prefix {prefix}-install)")
     if os.path.lexists(f"{prefix}/{tag}") and not os.path.islink(f"{prefix}/{tag}"):
-        raise bad_input(state, f"{prefix}/{tag} exists and is not a symlink made by this installer: move it away or pick another --prefix")  # noqa: E501
+        raise bad_input(state, f"{prefix}/{tag} exists and is not a symlink made by this installer: move it away or "
+                               "pick another --prefix")
     existing = prefix
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.access(existing, os.W_OK):
         raise bad_input(state, f"cannot write to {existing} (for --prefix {prefix}): pick a prefix you can write")
 
-    if not re.fullmatch(r"[0-9]+", state["lock_timeout"]):
-        raise bad_input(state, f"--lock-timeout must be a whole number of seconds, not '{state['lock_timeout']}'")
-    group = state["shared_group"]
+    group = state.shared_group
     if group:
         try:
             gid = grp.getgrnam(group).gr_gid
@@ -121,7 +114,7 @@ def validate_environment(state: State) -> None:
     if manager not in ("auto", "conda", "venv"):
         raise bad_input(state, f"--env-manager must be conda or venv, not '{manager}'")
     load_modules(state, "site module", data["modules"])
-    base = state["base_python"]
+    base = state.base_python
     if base:
         if manager == "conda":
             raise bad_input(state, "--base-python builds a venv over that Python: drop --env-manager conda")
@@ -129,15 +122,20 @@ def validate_environment(state: State) -> None:
         found = _executable(base)
         if not found:
             raise bad_input(state, f"--base-python {base} is not an executable")
-        state.set("base_python", found)
-        status, out = command_output(found, "-c", 'import importlib.metadata as m, sys\nprint("%d.%d" % sys.version_info[:2], m.version("torch"), sys.prefix != sys.base_prefix)')  # noqa: E501
+        state.base_python = found
+        status, out = command_output(found, "-c", 'import importlib.metadata as m, sys\nprint("%d.%d" % '
+                                                  'sys.version_info[:2], m.version("torch"), sys.prefix != '
+                                                  'sys.base_prefix)')
         words = out.split()
         if status != 0 or len(words) != 3:
-            raise bad_input(state, f"--base-python {found} has no torch: pick a Python with torch installed, or drop --base-python")  # noqa: E501
+            raise bad_input(state, f"--base-python {found} has no torch: pick a Python with torch installed, or drop "
+                                   "--base-python")
         state.python_version, state.base_torch, state.base_is_venv = words[0], words[1], words[2] == "True"
         minor = ".".join(state.base_torch.split("+")[0].split(".")[:2])
         if minor != data["version"]:
-            raise bad_input(state, f"--base-python {found} has torch {state.base_torch}, not PyTorch {data['version']}: run install_lightning_{minor}.sh with it, or pick a Python with torch {data['version']}")  # noqa: E501
+            raise bad_input(state, f"--base-python {found} has torch {state.base_torch}, not PyTorch "
+                                   f"{data['version']}: run install_lightning_{minor}.sh with it, or pick a Python "
+                                   f"with torch {data['version']}")
         state.python = found
         return
     if manager == "auto":
@@ -153,7 +151,8 @@ def validate_environment(state: State) -> None:
             raise bad_input(state, "--conda-exe builds the conda layer: add --env-manager conda, or drop --conda-exe")
         found = _executable(conda_exe)
         if not found:
-            raise bad_input(state, f"--conda-exe {conda_exe} is not an executable: pass the path of your conda, or drop --conda-exe")  # noqa: E501
+            raise bad_input(state, f"--conda-exe {conda_exe} is not an executable: pass the path of your conda, or "
+                                   "drop --conda-exe")
         options["conda_exe"] = found
         state.env_why += f" (with {found})"
     if state.env_manager != "venv":
@@ -163,7 +162,11 @@ def validate_environment(state: State) -> None:
     state.python = shutil.which(f"python{state.python_version}") or ""
     if state.python:
         return
-    message = f"python{state.python_version} not found on PATH{f' after loading {module}' if module else ''} (the {state['variant']} variant needs Python {state.python_version}): load a Python {state.python_version} module or pass --base-python PATH"  # noqa: E501
+    after = f" after loading {module}" if module else ""
+    message = (
+        f"python{state.python_version} not found on PATH{after} (the {state.variant} variant needs Python "
+        f"{state.python_version}): load a Python {state.python_version} module or pass --base-python PATH"
+    )
     bad_input_unless_dry(state, message)
     state.warnings.append(message)
     state.python = f"python{state.python_version}"
@@ -205,8 +208,8 @@ def group_blocker(path: str, gid: int, leaf: int) -> str:
 def check_group_reaches_python(state: State, group: str) -> None:
     """--shared-group: the group's members run the environment's python, a link to the interpreter it was built
     from, and read that interpreter's standard library and (--base-python) its packages. A private home on the way
-    (mode 0700) gives them "Permission denied" only when they load the module: a warning at step 1 names the fix.
-    A warning, not a refusal: what the mode bits do not show (membership in a directory's own group) may let
+    (mode 0700) gives them "Permission denied" only when they load the module: a warning at the check step names the
+    fix. A warning, not a refusal: what the mode bits do not show (membership in a directory's own group) may let
     them in."""
     if state.env_manager != "venv" or not os.path.isfile(state.python):
         return  # conda: the interpreter is the build's own; a Python not found is said elsewhere
@@ -220,7 +223,12 @@ def check_group_reaches_python(state: State, group: str) -> None:
         blocker = group_blocker(path, gid, leaf)
         if blocker:
             info = os.stat(blocker)
-            state.warnings.append(f"--shared-group {group}: its members cannot reach {path} (of the Python the environment is built from, {state.python}): {blocker} is mode {stat.S_IMODE(info.st_mode):04o}, owned by {_owner(info.st_uid)}:{_group_name(info.st_gid)}; let the group in (chmod o+x {blocker}, or chgrp {group} {blocker} and chmod g+x) or build over a Python outside private directories (--base-python)")  # noqa: E501
+            state.warnings.append(f"--shared-group {group}: its members cannot reach {path} (of the Python the "
+                                  f"environment is built from, {state.python}): {blocker} is mode "
+                                  f"{stat.S_IMODE(info.st_mode):04o}, owned by "
+                                  f"{_owner(info.st_uid)}:{_group_name(info.st_gid)}; let the group in (chmod o+x "
+                                  f"{blocker}, or chgrp {group} {blocker} and chmod g+x) or build over a Python "
+                                  "outside private directories (--base-python)")
             return
 
 
@@ -260,7 +268,10 @@ def check_pip_seed(state: State) -> None:
     where = f"ensurepip/_bundled{f' or {wheel_dir}' if wheel_dir else ''}"
     what = "has no ensurepip module" if not has_ensurepip else f"has no pip wheel (none in {where})"
     version = state.python_version
-    bad_input_unless_dry(state, f"{state.python} {what}, so a venv built from it gets no pip: install python{version}-venv (Debian/Ubuntu: apt-get install python{version}-venv, which brings ensurepip and the pip wheel in /usr/share/python-wheels), or build over another Python {version} (--base-python, or a python{version} module)")  # noqa: E501
+    bad_input_unless_dry(state, f"{state.python} {what}, so a venv built from it gets no pip: install "
+                                f"python{version}-venv (Debian/Ubuntu: apt-get install python{version}-venv, which "
+                                "brings ensurepip and the pip wheel in /usr/share/python-wheels), or build over "
+                                f"another Python {version} (--base-python, or a python{version} module)")
 
 
 def _owner(uid: int) -> str:
@@ -279,20 +290,24 @@ def _group_name(gid: int) -> str:
 
 def validate_repository(state: State) -> None:
     """The repository and the files the recipe needs from it; a lock made from other recipe pins is refused."""
-    data, variant = state.data, state.variant_data
+    variant = state.variant_data
     source = state.options.get("source", "")
     if source:
         if not os.path.isdir(source):
             raise bad_input(state, f"--source {source} is not a directory")
         if not is_repo(source):
-            raise bad_input(state, f"--source {source} is not the lightning-xpu repository (no pyproject.toml and lightning_xpu/)")  # noqa: E501
+            raise bad_input(state, f"--source {source} is not the lightning-xpu repository (no pyproject.toml and "
+                                   "lightning_xpu/)")
         state.source = os.path.realpath(source)
     elif not state.source or not is_repo(state.source):
-        raise bad_input(state, f"cannot find the lightning-xpu repository ({state.source or 'LXPU_SOURCE is not set'}): submit from inside the repository or pass --source DIR")  # noqa: E501
-    for path in (f"{state.source}/{data['module_body']}", f"{state.source}/{data['setup_library']}",
+        raise bad_input(state, "cannot find the lightning-xpu repository "
+                               f"({state.source or 'LXPU_SOURCE is not set'}): submit from inside the repository or "
+                               "pass --source DIR")
+    for path in (f"{state.source}/{MODULEFILE_BODY}", f"{state.source}/{SETUP_LIBRARY}",
                  f"{state.source}/{SETUP_HELPER}"):
         if not os.path.isfile(path):
-            raise bad_input(state, f"{path} is missing: render it with 'python recipes/render.py render --all' or pass --source")  # noqa: E501
+            raise bad_input(state, f"{path} is missing: render it with 'python recipes/render.py render --all' or pass "
+                                   "--source")
     if not os.path.isfile(f"{state.source}/scripts/common/toy_fit.py"):
         raise bad_input(
             state, f"{state.source}/scripts/common/toy_fit.py is missing: pass the repository with --source"
@@ -300,7 +315,8 @@ def validate_repository(state: State) -> None:
     if variant["lock"]:
         state.lock_path = f"{state.source}/{variant['lock']}"
         if not os.path.isfile(state.lock_path):
-            raise bad_input(state, f"the recipe's lock file {state.lock_path} is missing: run 'python recipes/render.py lock' or pass --source")  # noqa: E501
+            raise bad_input(state, f"the recipe's lock file {state.lock_path} is missing: run 'python "
+                                   "recipes/render.py lock' or pass --source")
         # A lock made from other recipe pins would install another stack than the job says (issue 19).
         refused = lock_refusal(Path(state.lock_path), variant["python"], list(variant["requirements"]))
         if refused:
@@ -313,7 +329,9 @@ def resolve_pip_sources(state: State) -> None:
     wheelhouse, index_url, extras = options["wheelhouse"], options["index_url"], options["extra_index_urls"]
     if wheelhouse:
         if index_url or extras:
-            raise bad_input(state, "--wheelhouse cannot be combined with --index-url/--extra-index-url: pick one source")  # noqa: E501
+            raise bad_input(
+                state, "--wheelhouse cannot be combined with --index-url/--extra-index-url: pick one source"
+            )
         if not os.path.isdir(wheelhouse):
             raise bad_input(state, f"--wheelhouse {wheelhouse} is not a directory")
         options["wheelhouse"] = os.path.realpath(wheelhouse)
@@ -321,7 +339,8 @@ def resolve_pip_sources(state: State) -> None:
         return
     if index_url or extras:
         if options["pip_source"] == "system":
-            raise bad_input(state, "--pip-source system uses this machine's pip configuration only: drop --index-url/--extra-index-url, or use --pip-source recipe")  # noqa: E501
+            raise bad_input(state, "--pip-source system uses this machine's pip configuration only: drop "
+                                   "--index-url/--extra-index-url, or use --pip-source recipe")
         for url in (index_url, *extras):
             if url and "://" not in url:
                 raise bad_input(
@@ -368,11 +387,11 @@ def _repository_digest(source: str) -> str:
 def hash_inputs(state: State) -> str:
     data, variant = state.data, state.variant_data
     parts = [
-        f"recipe {data['recipe_hash']} {data['version']} {data['site']} {state['variant']}",
+        f"recipe {data['recipe_hash']} {data['version']} {data['site']} {state.variant}",
         f"env-manager {state.env_manager} python {state.python_version}",
-        f"base-python {state['base_python']} {state.base_torch}",
+        f"base-python {state.base_python} {state.base_torch}",
         f"sources {state.sources_mode} {' '.join(state.pip_options)}",
-        f"shared-group {state['shared_group']}",
+        f"shared-group {state.shared_group}",
         "--- requirements",
         *variant["requirements"],
     ]
@@ -394,22 +413,26 @@ def repo_commit(source: str) -> str:
     return done.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-# ---- step 1: what the run will do, and the disk space ----
+# ---- the check step: what the run will do, and the disk space ----
 
 
 def check_step(state: State) -> None:
     data = state.data
     if state.auto_cpu_note:
         rule = "#" * 80
-        say(f"{rule}\nNOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch\n      {data['version']} as module lightning-xpu/{state.tag} (NOT the XPU build).\n      Pass --variant xpu to build the XPU environment anyway.\n{rule}")  # noqa: E501
-    say(f"recipe:      PyTorch {data['version']}, Lightning {data['lightning']}, site {data['site']}, variant {state['variant']} (hash {data['recipe_hash'][:12]})")  # noqa: E501
+        say(f"{rule}\nNOTE: no Intel GPU found on this machine: installing the CPU variant of PyTorch\n      "
+            f"{data['version']} as module lightning-xpu/{state.tag} (NOT the XPU build).\n      Pass --variant xpu to "
+            f"build the XPU environment anyway.\n{rule}")
+    say(f"recipe:      PyTorch {data['version']}, Lightning {data['lightning']}, site {data['site']}, variant "
+        f"{state.variant} (hash {data['recipe_hash'][:12]})")
     if data.get("legacy"):
         say(f"legacy:      {data['legacy']}")
     say(f"prefix:      {state.prefix} (tag {state.tag})")
     say(f"repository:  {state.source} (commit {state.commit})")
-    say(f"environment: {state.env_manager} ({state.env_why}), Python {state.python_version}{f' ({state.python})' if state.python else ''}")  # noqa: E501
-    if state["base_python"]:
-        say(f"base python: {state['base_python']} (torch {state.base_torch})")
+    say(f"environment: {state.env_manager} ({state.env_why}), Python "
+        f"{state.python_version}{f' ({state.python})' if state.python else ''}")
+    if state.base_python:
+        say(f"base python: {state.base_python} (torch {state.base_torch})")
     pins = " ".join(state.variant_data["requirements"])
     tools = " ".join(data["build_tools"])
     if state.lock_path:
@@ -430,12 +453,14 @@ def check_step(state: State) -> None:
     if left_out:
         say(f"module:      left out for PyTorch {data['version']}: {left_out}")
     check_pip_seed(state)
-    if state["variant"] == "xpu" and not have_intel_gpu():
-        state.warnings.append("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")  # noqa: E501
+    if state.variant == "xpu" and not have_intel_gpu():
+        state.warnings.append("the xpu variant needs an Intel GPU and none is visible here (/sys/class/drm): the smoke "
+                              "job (step 8) fails unless this runs on a GPU node; --variant cpu builds without one")
     for line in state.warnings:
         warn(line)
     say(f"inputs hash: {state.inputs_hash}")
-    job = "".join(f" ({kind} job {os.environ[name]})" for kind, name in (("Slurm", "SLURM_JOB_ID"), ("PBS", "PBS_JOBID")) if os.environ.get(name))  # noqa: E501
+    schedulers = (("Slurm", "SLURM_JOB_ID"), ("PBS", "PBS_JOBID"))
+    job = "".join(f" ({kind} job {os.environ[name]})" for kind, name in schedulers if os.environ.get(name))
     say(f"host:        {os.environ.get('HOSTNAME') or os.uname().nodename}{job}")
     if state.unset_vars:
         say(f"unset for the install: {' '.join(state.unset_vars)}")

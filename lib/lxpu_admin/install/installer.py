@@ -5,9 +5,9 @@ must not change with it (issue 12): hash-checked locks, every package source ove
 configuration, which uv does not read: lib/lxpu_admin/envside/uv_sources.py maps each resolution key of
 `pip config list` to uv's options and refuses, in one line, a key it cannot map.
 
-The driver calls `validate` (bad input exits 2 before anything is written); step 3 (build.create_env) calls `setup`
-(after the lock: uv from the cache or bootstrapped, or pip and why), then the build steps call `create_venv`,
-`install` and `wheel`.
+The driver calls `validate` (bad input exits 2 before anything is written); the first build step
+(build.create_env) calls `setup` (after the lock: uv from the cache or bootstrapped, or pip and why), then the
+build steps call `create_venv`, `install` and `wheel`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ LINK_MODE = "copy"
 class Installer:
     def __init__(self, state: State) -> None:
         self.state = state
-        self.kind = state.options.get("installer") or os.environ.get("LIGHTNING_XPU_INSTALLER") or "auto"
+        self.kind = state.options["installer"]
         self.why = ""
         self.version = ""
         self.uv = ""
@@ -61,9 +61,10 @@ class Installer:
             return
         # Over --base-python the environment reuses the base's packages, which pip sees (through the .pth file that
         # points at a base venv, too) and uv does not: uv would resolve torch again and install another build.
-        if state["base_python"]:
+        if state.base_python:
             if self.kind == "uv":
-                raise bad_input(state, "--installer uv cannot build over --base-python (uv does not see the base Python's packages): drop one of them")  # noqa: E501
+                raise bad_input(state, "--installer uv cannot build over --base-python (uv does not see the base "
+                                       "Python's packages): drop one of them")
             self.kind, self.why = "pip", "--base-python: pip sees the base Python's packages, uv does not"
             return
         lock = f"{state.source}/{UV_LOCK}"
@@ -95,7 +96,7 @@ class Installer:
             self._uv_sources(state, "check-constraints", state.lock_path, *self.uv_constraints)
         self.uv_dir = state.tmp(f"uv-{self.uv_version}")
         self.uv_cache = os.environ.get("LIGHTNING_XPU_UV_CACHE_DIR") or f"{state.prefix}/.cache/uv"
-        refused = toolcache.refusal(self.uv_cache) if state["action"] == "install" else ""
+        refused = toolcache.refusal(self.uv_cache) if state.action == "install" else ""
         if refused:
             raise bad_input(state, refused)
 
@@ -168,7 +169,8 @@ class Installer:
         argv = ["env", *(f"{name}={value}" for name, value in settings.items()), self.uv, *args]
         try:
             if checked:
-                run_logged(state, argv, lambda out, status: f"uv {args[0]} {args[1]} failed (exit {status}){uv_reason(out)}", exit_status=1)  # noqa: E501
+                run_logged(state, argv, lambda out, status: f"uv {args[0]} {args[1]} failed (exit "
+                                                            f"{status}){uv_reason(out)}", exit_status=1)
             else:
                 run(state, *argv)
         finally:
@@ -181,7 +183,7 @@ class Installer:
     def _pip(self, *args: str) -> None:
         """pip, with its last ERROR line as the failure reason (the full output is in the log above it)."""
         state = self.state
-        argv = [f"{state['env']}/bin/python", "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
+        argv = [f"{state.env}/bin/python", "-m", "pip", "--disable-pip-version-check", "--no-input", *args]
 
         def reason(out: str, status: int) -> str:
             errors = [line for line in out.splitlines() if line.startswith("ERROR:")]
@@ -212,8 +214,10 @@ class Installer:
             self._pip("install", *self.state.pip_options, *args)
             return
         # Without a lock, constraints are passed on; a lock's exact pins were checked against them already.
-        constraints = ([] if "--require-hashes" in args else [w for c in self.uv_constraints for w in ("--constraint", c)])  # noqa: E501
-        self._uv("pip", "install", "--python", f"{self.state['env']}/bin/python", *self.uv_args, *constraints, *args,
+        constraints = [] if "--require-hashes" in args else [
+            word for constraint in self.uv_constraints for word in ("--constraint", constraint)
+        ]
+        self._uv("pip", "install", "--python", f"{self.state.env}/bin/python", *self.uv_args, *constraints, *args,
                  checked=True)  # fmt: skip
 
     def wheel(self, source: str, wheel_dir: str) -> None:
@@ -221,7 +225,7 @@ class Installer:
         if self.kind == "pip":
             self._pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", wheel_dir, source)
             return
-        self._uv("build", "--quiet", "--wheel", "--no-build-isolation", "--python", f"{self.state['env']}/bin/python",
+        self._uv("build", "--quiet", "--wheel", "--no-build-isolation", "--python", f"{self.state.env}/bin/python",
                  "--out-dir", wheel_dir, source, checked=True)  # fmt: skip
 
 

@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-CONTRACT = 5
+CONTRACT = 6
 # The names of a job's data and of each of its variants: the contract's shape (legacy: empty unless legacy).
 JOB_KEYS = frozenset({
     "script", "version", "lightning", "legacy", "recipe_hash", "conda_channels", "site", "scheduler", "default_variant",
     "default_prefix", "env_manager", "modules", "modules_left_out", "python_module", "build_tools", "site_env",
-    "variants", "validation", "module_body", "setup_library", "setup_library_name",
+    "variants", "validation",
 })  # fmt: skip
-VARIANT_KEYS = frozenset({"name", "tag", "python", "requirements", "pip_sources", "lock", "setup", "module"})
+VARIANT_KEYS = frozenset({"name", "tag", "python", "requirements", "pip_sources", "lock"})
 DATA_FILE = "recipes/rendered/install-data.json"
 RENDER_AGAIN = "python recipes/render.py render --all"
 

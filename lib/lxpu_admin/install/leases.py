@@ -311,7 +311,7 @@ def remove_stale_leases(state: State) -> None:
         if lease_live(state, path)[0]:
             continue
         build = os.path.basename(path).partition("@")[0]
-        unpublished = build != state["current"] and os.path.isdir(f"{state.envs}/{build}")
+        unpublished = build != state.current and os.path.isdir(f"{state.envs}/{build}")
         if unpublished and path in install_leases(state, build):
             continue
         if state.dry:
@@ -338,10 +338,11 @@ def make_leases_dir(state: State) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise fail(state, f"{path} is not a directory ({exc.strerror}): this installer makes it; move it away, then rerun") from None  # noqa: E501
+        raise fail(state, f"{path} is not a directory ({exc.strerror}): this installer makes it; move it away, then "
+                          "rerun") from None
     try:
-        if state["shared_group"]:
-            os.fchown(fd, -1, grp.getgrnam(state["shared_group"]).gr_gid)
+        if state.shared_group:
+            os.fchown(fd, -1, grp.getgrnam(state.shared_group).gr_gid)
             os.fchmod(fd, 0o3775)
     finally:
         os.close(fd)
@@ -356,9 +357,10 @@ def new_install_lease(state: State) -> tuple[int, str]:
     # The random part before .install-<pid>: cleanup's `*.install-<pid>` globs still find a killed run's.
     try:
         fd, path = create_unpredictable(
-            lambda random: f"{state.prefix}/.leases/{state.env_name}@{host()}.{random}.install-{state['pid']}")
+            lambda random: f"{state.prefix}/.leases/{state.env_name}@{host()}.{random}.install-{state.pid}")
     except FileExistsError:
-        raise fail(state, f"could not create a lease in {state.prefix}/.leases: 8 random names were all taken; remove what is not a lease there, then rerun") from None  # noqa: E501
+        raise fail(state, f"could not create a lease in {state.prefix}/.leases: 8 random names were all taken; remove "
+                          "what is not a lease there, then rerun") from None
     fcntl.flock(fd, fcntl.LOCK_SH)
     return fd, path
 
@@ -375,17 +377,17 @@ def take_install_lease(state: State) -> None:
             break
     assert state.lease_fd is not None, "the driver creates the lease first"
     user = pwd.getpwuid(os.getuid()).pw_name
-    text = lease_text(state.env_name, scheduler_job()[0], state["pid"], user, "install", held=True)
+    text = lease_text(state.env_name, scheduler_job()[0], str(state.pid), user, "install", held=True)
     os.write(state.lease_fd, text.encode())
 
 
 def drop_install_lease(state: State) -> None:
-    if state["lease_file"]:
+    if state.lease_file:
         try:
-            os.remove(state["lease_file"])
+            os.remove(state.lease_file)
         except OSError:
             pass
-    state.set("lease_file", "")
+    state.lease_file = ""
 
 
 def other_installer(state: State) -> str | None:
@@ -395,7 +397,7 @@ def other_installer(state: State) -> str | None:
     after `scancel --batch --signal=KILL`), which keeps its build (lxpu_admin/install/cleanup.py) but runs no
     install."""
     for path in lease_files(glob.escape(f"{state.prefix}/.leases/{state.tag}.") + "*@*.install-*"):
-        if path == state["lease_file"]:
+        if path == state.lease_file:
             continue
         live, why = lease_live(state, path)
         fields = read_lease(path)

@@ -46,14 +46,16 @@ def _lmod(*args: str) -> bool:
 
 
 def load_modules(state: State, what: str, names: list[str]) -> None:
-    """Load NAMES, recording for step 1 whether each exists. A module that does not exist is bad input, except in
-    a dry run, which reports it and goes on."""
+    """Load NAMES, recording for the check step whether each exists. A module that does not exist is bad input,
+    except in a dry run, which reports it and goes on."""
     if not names:
         return
     site = state.data["site"]
     if not _set_up():
-        state.module_report.append(f"{' '.join(names)}: cannot tell (no module command; Lmod's {_init_script()} is missing)")  # noqa: E501
-        bad_input_unless_dry(state, f"site {site} needs the modules '{' '.join(names)}' but Lmod's module command is missing: run from a login shell of the site")  # noqa: E501
+        state.module_report.append(f"{' '.join(names)}: cannot tell (no module command; Lmod's {_init_script()} is "
+                                   "missing)")
+        bad_input_unless_dry(state, f"site {site} needs the modules '{' '.join(names)}' but Lmod's module command is "
+                                    "missing: run from a login shell of the site")
         return
     for name in names:
         if _lmod("is-avail", name):
@@ -63,4 +65,5 @@ def load_modules(state: State, what: str, names: list[str]) -> None:
             state.module_report.append(f"{name}: loaded ({what})")
         else:
             state.module_report.append(f"{name}: NOT FOUND ({what}; module avail {name} shows nothing)")
-            bad_input_unless_dry(state, f"{what} {name} does not exist here (module avail {name}): run on a machine of site {site}, or change recipes/sites/{site}.toml")  # noqa: E501
+            bad_input_unless_dry(state, f"{what} {name} does not exist here (module avail {name}): run on a machine of "
+                                        f"site {site}, or change recipes/sites/{site}.toml")

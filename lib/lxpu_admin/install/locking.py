@@ -43,11 +43,11 @@ def _read(fd: int) -> str:
 
 def lock(state: State, again: bool) -> int:
     lockfile = f"{state.prefix}/.locks/{state.tag}.lock"
-    timeout = int(state["lock_timeout"])
+    timeout = state.lock_timeout
     since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     if not again:
         say(f"+ flock {quote(lockfile)} (wait up to {timeout} s)")
-        state.set("lock_t0", str(int(time.time())))
+        state.lock_t0 = int(time.time())
     if state.dry:
         # Read-only: what would be repaired or removed is printed, nothing is done.
         check_links(state)
@@ -68,27 +68,30 @@ def lock(state: State, again: bool) -> int:
         deadline = time.monotonic() + timeout
         while not _try_lock(fd):
             if time.monotonic() >= deadline:
-                raise fail(state, f"another install of {state.tag} ({holder}) still holds {lockfile} after {timeout} s: wait for it to finish or raise --lock-timeout")  # noqa: E501
+                raise fail(state, f"another install of {state.tag} ({holder}) still holds {lockfile} after {timeout} "
+                                  "s: wait for it to finish or raise --lock-timeout")
             time.sleep(0.1)
     locked, now_there = os.fstat(fd), _stat(lockfile)
     if now_there is None or (locked.st_dev, locked.st_ino) != now_there:
         say(f"the lock file {lockfile} was replaced while we waited: locking the new one")
         return RELOCK
     said = False
-    t0 = int(state["lock_t0"] or time.time())
+    t0 = state.lock_t0 if state.lock_t0 is not None else int(time.time())
     while True:
         other = other_installer(state)
         if other is None:
             break
         if int(time.time()) - t0 >= timeout:
-            raise fail(state, f"another install of {state.tag} ({other}) still runs after {timeout} s although its lock file {lockfile} was deleted: wait for it to finish or raise --lock-timeout")  # noqa: E501
+            raise fail(state, f"another install of {state.tag} ({other}) still runs after {timeout} s although its "
+                              f"lock file {lockfile} was deleted: wait for it to finish or raise --lock-timeout")
         if not said:
-            say(f"another install of {state.tag} holds no lock file but is still running ({other}): its lock file {lockfile} was deleted; waiting for it up to {timeout} s")  # noqa: E501
+            say(f"another install of {state.tag} holds no lock file but is still running ({other}): its lock file "
+                f"{lockfile} was deleted; waiting for it up to {timeout} s")
         said = True
         time.sleep(1)
     # Written through the locked descriptor: never through whatever the path is now.
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {state['pid']} host {host()} since {since}\n".encode(), 0)
+    os.pwrite(fd, f"pid {state.pid} host {host()} since {since}\n".encode(), 0)
     return 0
 
 

@@ -3,8 +3,8 @@
 What the rebuild really needs: nothing is deleted before the new build is complete, so the new build's full size
 in bytes AND files (home and project quotas are often in files) must fit next to what exists. The size of the
 published build (recorded at publish, share/lightning-xpu/size) is the estimate, never less than the variant's
-default. A run that will build nothing (the published build has these inputs) needs no space: step 1 then leaves
-the check to the first build step (a no-op on a full disk still succeeds).
+default. A run that will build nothing (the published build has these inputs) needs no space: the check step then
+leaves the check to the first build step (a no-op on a full disk still succeeds).
 
 A disk that fills up anyway (another user, a quota) fails the step it hits, with one reason that names disk space
 and the file system: `disk_full_reason` (an OSError or a child's output that says ENOSPC or EDQUOT) and
@@ -75,7 +75,8 @@ def disk_full_reason(path: str, error: BaseException | str = "", fix: str = "") 
     """The one reason for a full disk or quota under PATH: which, where (the file system's mount point and what is
     left on it now), and the fix (by default: free space there, or another --prefix)."""
     text = error if isinstance(error, str) else str(error)
-    what = "disk quota exceeded" if "quota" in text or "os error 122)" in text or getattr(error, "errno", 0) == errno.EDQUOT else "disk full: no space left"  # noqa: E501
+    quota = "quota" in text or "os error 122)" in text or getattr(error, "errno", 0) == errno.EDQUOT
+    what = "disk quota exceeded" if quota else "disk full: no space left"
     try:
         space, inodes = free_bytes(path)
         left = f"{space // MIB} MiB" + (f" and {inodes} inodes" if inodes is not None else "") + " free now"
@@ -110,10 +111,11 @@ def published_inputs(state: State) -> str:
 
 
 def check_space_unless_noop(state: State) -> None:
-    """Step 1: the space check, unless the published build has these inputs (the run will most likely build
+    """The check step's space check, unless the published build has these inputs (the run will most likely build
     nothing); the lock step decides, and the first build step checks then (`state.space_checked`)."""
-    if state["force"] != "1" and state.inputs_hash and published_inputs(state) == state.inputs_hash:
-        say("disk:        not checked: the published build has these inputs, so nothing will be built (a rebuild checks before it starts)")  # noqa: E501
+    if not state.force and state.inputs_hash and published_inputs(state) == state.inputs_hash:
+        say("disk:        not checked: the published build has these inputs, so nothing will be built (a rebuild "
+            "checks before it starts)")
         return
     check_space(state)
 
@@ -129,8 +131,8 @@ def check_space(state: State) -> None:
     if state.space_checked:
         return
     state.space_checked = True
-    need_gib, need_inodes = (3, 40000) if state["variant"] == "cpu" else (15, 100000)
-    if state["base_python"]:
+    need_gib, need_inodes = (3, 40000) if state.variant == "cpu" else (15, 100000)
+    if state.base_python:
         need_gib, need_inodes = 1, 5000
     basis = "default"
     try:
@@ -154,10 +156,15 @@ def check_space(state: State) -> None:
     free_kib = int(blocks[3]) if len(blocks) > 3 and blocks[3].isdigit() else 0
     total_inodes = inodes[1] if len(inodes) > 3 else ""
     free_inodes = inodes[3] if len(inodes) > 3 else ""
-    say(f"disk:        {free_kib // GIB_KIB} GiB and {free_inodes or '?'} inodes free under {path}; {need_gib} GiB and {need_inodes} files needed ({basis})")  # noqa: E501
+    say(f"disk:        {free_kib // GIB_KIB} GiB and {free_inodes or '?'} inodes free under {path}; {need_gib} GiB and "
+        f"{need_inodes} files needed ({basis})")
     if free_kib < need_gib * GIB_KIB:
-        raise fail(state, f"only {free_kib // GIB_KIB} GiB free under {path}, {need_gib} GiB needed: free space (--prune removes unused builds) or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB overrides the check)")  # noqa: E501
+        raise fail(state, f"only {free_kib // GIB_KIB} GiB free under {path}, {need_gib} GiB needed: free space "
+                          "(--prune removes unused builds) or pick another --prefix (LIGHTNING_XPU_MIN_FREE_GIB "
+                          "overrides the check)")
     # File systems without an inode limit report 0 (or -) inodes.
     if total_inodes.isdigit() and int(total_inodes) > 0 and free_inodes.isdigit():
         if int(free_inodes) < need_inodes:
-            raise fail(state, f"only {free_inodes} free inodes (files) under {path}, {need_inodes} needed: free files (--prune removes unused builds) or pick another --prefix (LIGHTNING_XPU_MIN_FREE_INODES overrides the check)")  # noqa: E501
+            raise fail(state, f"only {free_inodes} free inodes (files) under {path}, {need_inodes} needed: free files "
+                              "(--prune removes unused builds) or pick another --prefix "
+                              "(LIGHTNING_XPU_MIN_FREE_INODES overrides the check)")

@@ -1,27 +1,20 @@
 """The install's one state object, and the engine's messages and command runner.
 
-`State` holds everything a run knows: the recipe's data (recipes/rendered/install-data.json,
-lxpu_admin/install/jobdata.py), the options, what validation resolved, and what the steps did. The fields the
-publishing, lease, link and admin modules share are string values reached as `state["name"]` (FIELDS); the rest are
-typed attributes. A signal arriving at any point finds them as they are (lxpu_admin/install/driver.py's exit
-handling reads `published`, `env`, `lease_file`).
+`State` holds everything a run knows, as typed attributes: the recipe's data (recipes/rendered/install-data.json,
+lxpu_admin/install/jobdata.py), the options, what validation resolved, and what the steps did. A signal arriving
+at any point finds them as they are (lxpu_admin/install/driver.py's exit handling reads `published`, `env`,
+`lease_file`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-# The shared string fields.
-FIELDS = (
-    "prefix", "tag", "version", "pid", "dry_run", "env", "shared_group", "lock_timeout", "action", "keep",
-    "older_than", "variant", "base_python", "log", "noop", "force", "current", "published",
-    "fail_reason", "result", "lease_file", "lock_t0",
-)  # fmt: skip
 
 
 class Stop(Exception):
@@ -34,7 +27,32 @@ class Stop(Exception):
 
 @dataclass
 class State:
-    values: dict[str, str] = field(default_factory=lambda: dict.fromkeys(FIELDS, ""))
+    # The run: its process, its action (install, prune, uninstall, rollback) and switches.
+    version: str = ""  # the recipe's PyTorch version (X.Y)
+    pid: int = field(default_factory=os.getpid)
+    action: str = "install"
+    dry: bool = False
+    force: bool = False
+    # The options the state's users share (the rest are in `options`): resolved by validation where they name a
+    # default (variant, prefix, base_python).
+    prefix: str = ""
+    variant: str = ""
+    tag: str = ""
+    base_python: str = ""
+    shared_group: str = ""
+    lock_timeout: int = 1800  # seconds
+    keep: int | None = None  # --prune --keep N
+    older_than: int | None = None  # --prune --older-than DAYS
+    # What the steps did: the build being made, the published build's name, the lock's start (whole seconds).
+    env: str = ""
+    current: str = ""
+    lock_t0: int | None = None
+    lease_file: str = ""
+    log: str = ""
+    noop: bool = False  # the published build has these inputs: nothing to build
+    published: bool = False  # THE publishing rename happened: the new build is live
+    result: str = ""
+    fail_reason: str = ""
     notes: list[str] = field(default_factory=list)
     # Unset (None) until looked up once (a lookup can take 10 s).
     cluster_name: str | None = None
@@ -60,7 +78,7 @@ class State:
     would_stop: list[str] = field(default_factory=list)
     unset_vars: list[str] = field(default_factory=list)
     inputs_hash: str = ""
-    # Whether the free-space check ran (step 1, or the first build step where step 1 expected a no-op).
+    # Whether the free-space check ran (the check step, or the first build step where it expected a no-op).
     space_checked: bool = False
     commit: str = ""
     build_id: str = ""
@@ -79,12 +97,6 @@ class State:
     # The packed image's writer, running beside the smoke job (lxpu_admin/install/build.py Packer).
     packer: Any = None
 
-    def __getitem__(self, name: str) -> str:
-        return self.values[name]
-
-    def set(self, name: str, value: str) -> None:
-        self.values[name] = value
-
     def set_cluster(self, value: str) -> None:
         self.cluster_name = value
 
@@ -97,43 +109,31 @@ class State:
             say(text)
 
     @property
-    def dry(self) -> bool:
-        return self.values["dry_run"] == "1"
-
-    @property
-    def prefix(self) -> str:
-        return self.values["prefix"]
-
-    @property
-    def tag(self) -> str:
-        return self.values["tag"]
-
-    @property
     def envs(self) -> str:
         return f"{self.prefix}/.envs"
 
     @property
     def env_python(self) -> str:
         """The interpreter of the environment being built."""
-        return f"{self.values['env']}/bin/python"
+        return f"{self.env}/bin/python"
 
     @property
     def site_packages(self) -> str:
-        return f"{self.values['env']}/lib/python{self.python_version}/site-packages"
+        return f"{self.env}/lib/python{self.python_version}/site-packages"
 
     @property
     def env_name(self) -> str:
         """The name of this run's build (<tag>.<build-id>)."""
-        return os.path.basename(self.values["env"])
+        return os.path.basename(self.env)
 
     @property
     def variant_data(self) -> dict[str, Any]:
         """The recipe's data of the chosen variant."""
-        return self.data["variants"][self.values["variant"]]
+        return self.data["variants"][self.variant]
 
     def tmp(self, suffix: str) -> str:
         """A temporary path of this run (the next run removes those of killed runs)."""
-        return f"{self.envs}/.tmp.{self.tag}.{self['pid']}.{suffix}"
+        return f"{self.envs}/.tmp.{self.tag}.{self.pid}.{suffix}"
 
     def child_fds(self) -> tuple[int, ...]:
         """The descriptors every command inherits: the install's lease (never the lock)."""
@@ -180,7 +180,7 @@ def warn(text: str) -> None:
 
 def fail(state: State, reason: str) -> Stop:
     """A step failed: the driver's end (driver.end) writes the last log line from the reason. Raise what it returns."""
-    state.set("fail_reason", reason)
+    state.fail_reason = reason
     say(f"ERROR: {reason}")
     return Stop(1)
 
@@ -194,33 +194,14 @@ def bad_input_unless_dry(state: State, reason: str) -> None:
 
 def bad_input(state: State, reason: str) -> Stop:
     """Bad input: one line naming the fix, exit 2, before anything is written. Raise what it returns."""
-    print(f"install_lightning_{state['version']}.sh: error: {reason}", file=sys.stderr, flush=True)
-    state.set("fail_reason", f"bad input: {reason}")
+    print(f"install_lightning_{state.version}.sh: error: {reason}", file=sys.stderr, flush=True)
+    state.fail_reason = f"bad input: {reason}"
     return Stop(2)
 
 
-# What bash's `printf %q` escapes with a backslash (bash lib/sh/shquote.c, sh_backslash_quote).
-_SPECIAL = set(" \t\n'\"\\|&;()<>!{}*[?]^$`,")
-_ANSI = {"\a": "\\a", "\b": "\\b", "\x1b": "\\E", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-         "\v": "\\v", "\\": "\\\\", "'": "\\'"}  # fmt: skip
-
-
-def quote_one(arg: str) -> str:
-    """One word as bash's `printf %q` writes it, so that printed commands read as the shell engine's did."""
-    if arg == "":
-        return "''"
-    if any(not ch.isprintable() for ch in arg):
-        return "$'" + "".join(_ANSI.get(ch, ch if ch.isprintable() else f"\\{ord(ch):03o}") for ch in arg) + "'"
-    out = []
-    for i, ch in enumerate(arg):
-        if ch in _SPECIAL or (ch == "~" and (i == 0 or arg[i - 1] in "=:")) or (ch == "#" and i == 0):
-            out.append("\\")
-        out.append(ch)
-    return "".join(out)
-
-
 def quote(*args: str) -> str:
-    return " ".join(quote_one(arg) for arg in args)
+    """A command as one shell line (shlex.quote per word): what the install prints before it runs it."""
+    return shlex.join(args)
 
 
 def run(state: State, *argv: str) -> None:
@@ -231,7 +212,7 @@ def run(state: State, *argv: str) -> None:
     sys.stdout.flush()
     status = subprocess.run(argv, check=False, pass_fds=state.child_fds()).returncode
     if status != 0:
-        state.set("fail_reason", f"exit status {status} from: {quote(*argv)}")
+        state.fail_reason = f"exit status {status} from: {quote(*argv)}"
         raise Stop(status)
 
 

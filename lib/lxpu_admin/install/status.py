@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lxpu_admin.install.builds import split_build
 from lxpu_admin.install.leases import LeaseFile, host, inspect, lease_files, lease_live, lease_owner
 from lxpu_admin.install.state import State
 
@@ -59,7 +60,7 @@ def open_by(paths: set[str]) -> dict[str, list[str]]:
 def live_leases(prefix: Path) -> tuple[dict[str, list[Lease]], int]:
     """The live leases by build, and how many stale ones the next install or --prune will remove."""
     state = State()  # lease_live caches the Slurm cluster's name there
-    state.set("prefix", str(prefix))
+    state.prefix = str(prefix)
     by_build: dict[str, list[Lease]] = {}
     stale = 0
     for path in lease_files(glob.escape(str(prefix / ".leases")) + "/*@*"):
@@ -133,15 +134,14 @@ def report(prefix: Path) -> list[str]:
              if p.is_symlink() and os.readlink(p).startswith(".envs/")}
     leases, stale = live_leases(prefix)
     holders = open_by({lease.path for held in leases.values() for lease in held})
-    # A build is <tag>.<build-id>; a leased build whose tag is not published (uninstalled, a job still running)
-    # is shown too.
-    tags = sorted(set(links) | {build.rsplit(".", 1)[0] for build in leases})
+    # A leased build whose tag is not published (uninstalled, a job still running) is shown too.
+    tags = sorted(set(links) | {split_build(build)[0] for build in leases})
     lines = [] if tags else [f"{prefix}: no tag published"]
     for tag in tags:
         builds = [name for name in kept if name.startswith(f"{tag}.")]
         count = f"{len(builds)} build{'s' if len(builds) != 1 else ''} kept"
         lines.append(f"{tag} -> {links[tag]} ({count})" if tag in links else f"{tag}: not published ({count})")
-        for build in sorted(b for b in leases if b.rsplit(".", 1)[0] == tag):
+        for build in sorted(b for b in leases if split_build(b)[0] == tag):
             published = " (published)" if links.get(tag) == f".envs/{build}" else ""
             held = leases[build]
             lines.append(f"  {build}{published}: {len(held)} live lease{'s' if len(held) != 1 else ''}")

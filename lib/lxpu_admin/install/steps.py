@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lxpu_admin.install import build, inputs, publish
+from lxpu_admin.install import build, inputs, publish, testhooks
 from lxpu_admin.install.state import State
 
 Step = tuple[str, str, tuple[Callable[[State], None], ...]]
@@ -32,15 +32,30 @@ INSTALL_STEPS: tuple[Step, ...] = (
     ("publish", "publish", (publish.publish_step,)),
 )
 
+# LXPU_TEST_PREBUILT (tests only, testhooks.py): the build steps, up to the manifest, replaced by one copy.
+_BUILT_BY_COPY = ("create", "packages", "runtime", "hook", "compile", "smoke", "pack")
+PREBUILT_STEPS: tuple[Step, ...] = tuple(
+    ("prebuilt", "copy the prebuilt test environment (LXPU_TEST_PREBUILT)", (testhooks.copy_prebuilt,))
+    if key == "create"
+    else (key, title, functions)
+    for key, title, functions in INSTALL_STEPS
+    if key == "create" or key not in _BUILT_BY_COPY
+)
+
+
+def install_steps() -> tuple[Step, ...]:
+    """The steps of an install: INSTALL_STEPS, or PREBUILT_STEPS under the test hook."""
+    return PREBUILT_STEPS if testhooks.prebuilt() else INSTALL_STEPS
+
+
 # --prune, --uninstall and --rollback: the lock, then the action (titled by EXTRA_TITLES).
 ADMIN_STEPS: tuple[Step, ...] = (
     ("lock", "take the install lock", (publish.take_lock,)),
     ("action", "the action (below)", (publish.admin_step,)),
 )
 
-# The action step's titles, and (tests only, LXPU_TEST_PREBUILT) the step that replaces the build steps.
+# The action step's titles.
 EXTRA_TITLES = {
-    "prebuilt": "copy the prebuilt test environment (LXPU_TEST_PREBUILT)",
     "prune": "prune builds of {tag}",
     "uninstall": "uninstall {tag}",
     "rollback": "roll back {tag}",

@@ -19,9 +19,14 @@ from typing import Any
 
 from lxpu_admin import paths
 
+# The code behind every thin modulefile and setup script, written by hand (a dot file: Lmod offers no module for
+# it; in a prefix the library is hidden too, since users source the setup scripts). Their one home: the renderer
+# and the engine import these names (the job data does not carry them).
 MODULE_DIR = "modulefiles/lightning-xpu"
 MODULEFILE_BODY_NAME = ".lightning-xpu.lua"
-SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"
+MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"  # in the repository, and in an install prefix
+SETUP_LIBRARY = "scripts/common/setup/lightning-setup.lib.sh"  # in the repository
+SETUP_LIBRARY_NAME = ".lightning-setup.lib.sh"  # in an install prefix
 # The setup library's Python half (in the repository; in a prefix next to the library, which runs
 # "${BASH_SOURCE[0]%.sh}.py"): the install writes both, from the same checkout.
 SETUP_HELPER = "lib/lxpu_admin/envside/setup_lib.py"

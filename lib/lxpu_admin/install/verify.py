@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lxpu_admin.envside import filerecord
 from lxpu_admin.envside.manifest import AFTER_RECORD, RECORD
+from lxpu_admin.install.builds import split_build
 
 PROG = "lightning-xpu-admin verify"
 FIX = "rebuild it (the install job with --force) or roll back (--rollback), and find out who changed it"
@@ -29,22 +30,17 @@ def _error(message: str) -> int:
     return 2
 
 
-def tag_of(build: str) -> str:
-    """A build is <tag>.<build-id>; the build id has no dot."""
-    return build.rsplit(".", 1)[0]
-
-
 def builds_in(prefix: Path, wanted: list[str]) -> list[str]:
     """The builds of .envs (real directories, not links or leftovers) that WANTED names, by tag or by build; all
     of them when WANTED is empty."""
     envs = prefix / ".envs"
     names = sorted(p.name for p in envs.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink())
-    return [name for name in names if not wanted or name in wanted or tag_of(name) in wanted]
+    return [name for name in names if not wanted or name in wanted or split_build(name)[0] in wanted]
 
 
 def role(prefix: Path, build: str) -> str:
     """" (published)" or " (rollback)" when the tag's link or its published build's record names BUILD."""
-    link = prefix / tag_of(build)
+    link = prefix / split_build(build)[0]
     if not link.is_symlink():
         return ""
     published = os.readlink(link)

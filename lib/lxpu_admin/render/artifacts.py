@@ -21,7 +21,7 @@ from ..install.tagfiles import (
 )
 from .envnames import names_set_in
 from .errors import RecipeError
-from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, SETUP_LIBRARY_NAME, Version
+from .matrix import MODULEFILE_BODY, SETUP_LIBRARY, Version
 from .recipes import INSTALL_DATA, SHIM, Recipes
 from .sites import Site
 from .templating import make_environment, render
@@ -171,8 +171,6 @@ class Renderer:
                 word for option in self.pip_options(version, variant, site) for word in option.split()
             ],
             "lock": self.lock_file(version, variant),
-            "setup": names.setup,
-            "module": names.module,
         }
 
     def job_data(self, version: Version, site: Site) -> dict[str, Any]:
@@ -206,9 +204,6 @@ class Renderer:
             "site_env": site_env.splitlines(),
             "variants": variants,
             "validation": self.site_job_data(site),
-            "module_body": MODULEFILE_BODY,
-            "setup_library": SETUP_LIBRARY,
-            "setup_library_name": SETUP_LIBRARY_NAME,
         }
 
     def pair(self, version: Version, site: Site, variants: list[str] | None = None) -> list[Artifact]:

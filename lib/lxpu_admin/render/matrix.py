@@ -12,8 +12,9 @@ from packaging.version import InvalidVersion
 from packaging.version import Version as PepVersion
 
 from ..install.tagfiles import (
-    MODULE_DIR,
+    MODULEFILE_BODY,
     MODULEFILE_BODY_NAME,
+    SETUP_LIBRARY,
     SETUP_LIBRARY_NAME,
     module_name,
     modulefile_name,
@@ -46,11 +47,6 @@ def tag_of(minor: str, variant: str) -> str:
     one place the rule lives: the install jobs get the tag and every name below as data."""
     return minor if variant == "xpu" else f"{minor}-{variant}"
 
-
-# The code behind every thin modulefile and setup script, written by hand (a dot file: Lmod offers no module for
-# it; in a prefix the library is hidden too, since users source the setup scripts).
-MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
-SETUP_LIBRARY = "scripts/common/setup/lightning-setup.lib.sh"
 
 
 @dataclass(frozen=True)
