@@ -490,8 +490,8 @@ def wait_for_slurm_text(job_id: str, output: Path, text: str, timeout: float = J
 
 
 def make_prebuilt_env(dest: Path, source: Path, base: str | None = None) -> Path:
-    """A small environment with what steps 3 to 8 of the install leave, for LXPU_TEST_PREBUILT
-    (lxpu_admin/install/publish.py).
+    """A small environment with what the build steps of the install leave, for LXPU_TEST_PREBUILT
+    (lxpu_admin/install/testhooks.py).
 
     A venv without pip over the base Python (which has torch and Lightning; a .pth file makes its packages
     visible, as --base-python does), lightning_xpu from the repository copy through a .pth file, the autoload
