@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -37,19 +36,14 @@ from lxpu_admin.install.steps import INSTALL_STEPS  # noqa: E402  # the declared
 
 STEP_TOTAL = len(INSTALL_STEPS)
 # The shared code the thin modulefiles and setup scripts call, where the install job writes it in the prefix (the
-# names from the engine's lxpu_admin/install/tagfiles.py, their one place; the library's source from the renderer's
-# data).
+# names from the engine's lxpu_admin/install/tagfiles.py, their one place).
 from lxpu_admin.install.tagfiles import (  # noqa: E402
-    MODULE_DIR,
-    MODULEFILE_BODY_NAME,
+    MODULEFILE_BODY,
     SETUP_HELPER,
     SETUP_HELPER_NAME,
+    SETUP_LIBRARY,
     SETUP_LIBRARY_NAME,
 )
-
-MODULEFILE_BODY = f"{MODULE_DIR}/{MODULEFILE_BODY_NAME}"
-_NAMES = (REPO / "lib/lxpu_admin/render/matrix.py").read_text()
-SETUP_LIBRARY = re.search(r'^SETUP_LIBRARY = "(.+)"$', _NAMES, re.MULTILINE)[1]
 
 
 def add_shared_code(prefix: Path) -> None:
