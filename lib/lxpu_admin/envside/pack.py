@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, NoReturn
 
-from lxpu_admin.install.space import disk_full_reason, is_disk_full
+from lxpu_admin.envside.diskfull import disk_full_reason, is_disk_full
 
 PACK_DIR = Path("share", "lightning-xpu", "pack")
 # The script launcher uv writes for relocatable venvs: a shell line that runs the python next to the script.
