@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -44,6 +45,19 @@ from lxpu_admin.install.tagfiles import (  # noqa: E402
     SETUP_LIBRARY,
     SETUP_LIBRARY_NAME,
 )
+
+
+def commands(output: str) -> str:
+    """The commands a run printed (its "+ " lines), one a line, each as the words a shell reads from it (the install
+    prints them shell-quoted, shlex.quote): what tests match command fragments against, whatever the paths hold."""
+    lines = []
+    for line in output.splitlines():
+        if line.startswith("+ "):
+            try:
+                lines.append(" ".join(shlex.split(line[2:])))
+            except ValueError:  # a "+ " line in words, not a command
+                lines.append(line[2:])
+    return "\n".join(lines)
 
 
 def add_shared_code(prefix: Path) -> None:
