@@ -12,7 +12,7 @@ The rollback pointer is recorded inside the new build before the rename, so the 
 its rollback together: a kill before "rename" leaves the old build published with its own record; after it, the
 new one with its.
 
-Test-only switches (like LIGHTNING_XPU_SMOKE_INJECT_FAILURE in lightning_xpu/report/framework.py):
+Test-only switches (like LIGHTNING_XPU_SMOKE_INJECT_FAILURE in lightning_xpu/validation/framework.py):
 LXPU_TEST_PAUSE_AT=<op> waits before operation <op> while the file LXPU_TEST_PAUSE_FILE exists (tests kill the job
 there); LXPU_TEST_FAIL_AT=<op> makes <op> fail as a full disk would.
 """
