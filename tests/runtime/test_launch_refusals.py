@@ -61,11 +61,13 @@ ONE_PROCESS = {
     "devices=1, ddp": {"devices": 1, "strategy": "ddp"},
     "auto, auto": {"devices": "auto", "strategy": "auto"},
 }
+# Each launcher once and each one-process form once, paired in order: the launcher decides the message's words and
+# per-node option (lightning_xpu/environments/launch.py), the arguments only the device count it reports.
+ONE_PROCESS_LAUNCHES = list(zip(MPI_LAUNCHES, ONE_PROCESS, strict=True))
 
 
 @pytest.mark.parametrize(("kind", "module"), TARGETS)
-@pytest.mark.parametrize("launch", list(MPI_LAUNCHES))
-@pytest.mark.parametrize("arguments", list(ONE_PROCESS))
+@pytest.mark.parametrize(("launch", "arguments"), ONE_PROCESS_LAUNCHES)
 def test_more_mpi_ranks_per_node_than_devices_is_refused(kind, module, launch, arguments, monkeypatch) -> None:
     environ, words, option = MPI_LAUNCHES[launch]
     launches.launch(monkeypatch, environ)
