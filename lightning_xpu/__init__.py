@@ -6,13 +6,12 @@ hooks the import of the others. `LIGHTNING_XPU_DISABLE=1` turns all patching off
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from lightning_xpu import _autoload
 from lightning_xpu._apply import apply_to_imported
+from lightning_xpu._version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["XPUAccelerator", "__version__", "report"]
 
 _autoload.install()
@@ -26,6 +25,8 @@ def __getattr__(name: str) -> Any:
         from lightning_xpu.accelerator import accelerator_class
 
         return accelerator_class(default_namespace())
-    if name == "report":  # `lightning_xpu.report()` prints the patch report; the package itself is callable
-        return importlib.import_module("lightning_xpu.report")
+    if name == "report":  # `lightning_xpu.report()` prints the patch report (issue 13)
+        from lightning_xpu.patch_report import print_patch_report
+
+        return print_patch_report
     raise AttributeError(f"module 'lightning_xpu' has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from lightning_xpu.report.cli import main
+from lightning_xpu.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

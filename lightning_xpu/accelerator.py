@@ -105,7 +105,7 @@ def explain_unavailable_xpu(original: Callable[..., Any]) -> Callable[..., Any]:
             accelerator = getattr(self, "accelerator", None)
             if not is_xpu_accelerator(accelerator) or "not available" not in str(error):
                 raise
-            from lightning_xpu.report.diagnose import unusable_reason
+            from lightning_xpu.diagnosis import unusable_reason
 
             reason = unusable_reason()
             if reason is None:

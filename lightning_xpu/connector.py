@@ -61,7 +61,7 @@ def _gpu_means_xpu_without_cuda_or_mps(original: Method) -> Method:
         except Exception as error:  # Lightning's only raise here: "No supported gpu backend found!" (no MPS, CUDA)
             if xpu.xpu_available():
                 return "xpu"
-            from lightning_xpu.report.diagnose import unusable_reason
+            from lightning_xpu.diagnosis import unusable_reason
 
             reason = unusable_reason()
             if reason is None:  # torch.xpu says XPU is usable after all: Lightning's error is the whole story

@@ -17,7 +17,7 @@ from lightning_xpu import device as xpu
 from lightning_xpu._namespaces import Namespace
 from lightning_xpu._patching import wrap
 from lightning_xpu.accelerator import is_xpu_accelerator
-from lightning_xpu.report.model import environment_tag, variant_of
+from lightning_xpu.install_facts import environment_tag, variant_of
 
 
 def _banner_reports_xpu(namespace: Namespace) -> Any:

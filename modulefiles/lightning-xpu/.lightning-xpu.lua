@@ -187,7 +187,7 @@ local function pinned_here(name)
 end
 if pinned_here("PIP_CONSTRAINT") then pushenv("PIP_CONSTRAINT", with_pins("PIP_CONSTRAINT")) end
 if pinned_here("UV_CONSTRAINT") then pushenv("UV_CONSTRAINT", with_pins("UV_CONSTRAINT")) end
--- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py): its bin/ first.
+-- The user's writable layer (`lightning-xpu user-env`, lightning_xpu/commands/userenv.py): its bin/ first.
 -- Whether to use it (its prefix and build, lxpu_admin/envside/setup_lib.py layer_verdict) the Python half said at load.
 if user_layer then
   prepend_path("PATH", pathJoin(user_layer, "bin"))

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The shared part of the training job scripts in scripts/<site>/, which source it: --help, the working directory
 # and the environment (what must happen in the job's shell); the node count, the threads, the launch into a log
-# and the check that the Trainer used the expected device: lightning_xpu/report/job.py.
+# and the check that the Trainer used the expected device: lightning_xpu/commands/job.py.
 # Settings (environment variables; a job script sets its site's defaults only where you have not):
 #   LIGHTNING_XPU_MODULE, LIGHTNING_XPU_MODULEPATH  the module to load (lightning-xpu/2.13; lightning-xpu/2.13-cpu is
 #                 a CPU build) and where it is (<install prefix>/modulefiles)
@@ -25,7 +25,7 @@ lxpu_job_start() {
   [[ "$2" =~ ^[1-9][0-9]*$ && "$3" =~ ^[1-9][0-9]*$ ]] ||
     lxpu_job_die "ranks per node '$2' or cores per rank '$3' is not a count: submit the job script with its scheduler (sbatch, qsub) as its header says"
   LXPU_JOB_SHAPE=("$2" "$3") LXPU_JOB_ARGS=("${@:4}")
-  # The submit directory (lightning_xpu/report/allocation.py says why), first: a relative setup script is there.
+  # The submit directory (lightning_xpu/commands/allocation.py says why), first: a relative setup script is there.
   local dir=${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}} init=${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash
   cd "$dir" || lxpu_job_die "cannot enter the working directory $dir"
   if [[ -n "${LIGHTNING_XPU_SETUP:-}" ]]; then
@@ -40,11 +40,14 @@ lxpu_job_start() {
     module use "$LIGHTNING_XPU_MODULEPATH"; module load "$LIGHTNING_XPU_MODULE"
   fi
   command -v python >/dev/null || lxpu_job_die "the environment put no python on PATH: check the module or setup script"
-  LXPU_JOB_NODES=$(python -m lightning_xpu.report.job nodes) || exit
+  # An environment installed from a checkout before lightning_xpu's split by role has the job tool under its old name.
+  LXPU_JOB_TOOL=lightning_xpu.commands.job
+  python -c "import $LXPU_JOB_TOOL" 2>/dev/null || LXPU_JOB_TOOL=lightning_xpu.report.job
+  LXPU_JOB_NODES=$(python -m "$LXPU_JOB_TOOL" nodes) || exit
 }
 
-# lxpu_job_launch LAUNCHER...: every rank runs the training command under LAUNCHER... (lightning_xpu/report/job.py).
+# lxpu_job_launch LAUNCHER...: every rank runs the training command under LAUNCHER... (lightning_xpu/commands/job.py).
 lxpu_job_launch() {
-  python -m lightning_xpu.report.job launch "${LXPU_JOB_SHAPE[@]}" "$LXPU_JOB_NODES" "${#LXPU_JOB_ARGS[@]}" \
+  python -m "$LXPU_JOB_TOOL" launch "${LXPU_JOB_SHAPE[@]}" "$LXPU_JOB_NODES" "${#LXPU_JOB_ARGS[@]}" \
     "${LXPU_JOB_ARGS[@]}" "$@"
 }

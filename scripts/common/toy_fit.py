@@ -44,7 +44,7 @@ RANK_FIELDS = (
 )
 
 # Launcher variables worth keeping in the report when a launch goes wrong, with every CCL_* variable: together
-# they hold the launch variables oneCCL reads (lightning_xpu/report/oneccl.py picks those for validation reports).
+# they hold the launch variables oneCCL reads (lightning_xpu/validation/oneccl.py picks those for validation reports).
 LAUNCH_PREFIX = "CCL_"
 LAUNCH_VARIABLES = (
     "RANK",

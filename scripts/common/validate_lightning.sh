@@ -41,8 +41,10 @@ elif [ -n "$module" ]; then
   module load "$module" || die "'module load $module' failed (see the message above)"
 fi
 command -v "${python:=python}" >/dev/null 2>&1 || die "no Python '$python'"
-# One prefix's job serves every tag in it: a tag installed from an older checkout lacks --site-job.
-"$python" -c 'import lightning_xpu.report.allocation' 2>/dev/null ||
+# One prefix's job serves every tag in it: a tag installed from an older checkout lacks --site-job (its allocation
+# module: lightning_xpu.commands.allocation, lightning_xpu.report.allocation before the split by role).
+"$python" -c 'import lightning_xpu.commands.allocation' 2>/dev/null ||
+  "$python" -c 'import lightning_xpu.report.allocation' 2>/dev/null ||
   die "$(command -v "$python") has no lightning_xpu, or one older than this job: load an install of it, or rerun that tag's install job with --force"
 args=(); for name in nodes devices launchers only out; do [ -z "${!name:-}" ] || args+=("--$name" "${!name}"); done
 exec "$python" -m lightning_xpu validate --site-job "$prog" "${args[@]}"  # checks them, then the defaults

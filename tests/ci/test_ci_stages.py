@@ -73,8 +73,10 @@ def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo
     summary = out.split("==================== summary ====================", 1)[1].splitlines()
     rows = {line.split()[0]: line.split()[1] for line in summary[2:7]}
     assert rows == {"ci": "FAILED", "unit": "FAILED", "multinode": "skipped", "benchmarks": "FAILED", "docs": "passed"}
-    assert f"{venvs - 1} passed, 1 failed" in next(line for line in summary if line.startswith("unit "))
-    assert summary[-1].startswith(f"==================== {venvs + 1} passed, 2 failed in ")
+    # The re-runs on the older Lightning venvs are counted apart (ci/junit_summary.py).
+    older = f"re-runs on older Lightning: {venvs - 2} passed, 1 failed"
+    assert next(line for line in summary if line.startswith("unit ")).endswith(f"1 passed, 0 failed; {older}")
+    assert summary[-1].startswith(f"==================== 3 passed, 1 failed; {older} in ")
     assert "3 stage(s) failed" in result.stderr
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
-from lightning_xpu.report.schema import check_report
+from lightning_xpu.validation.schema import check_report
 
 pytestmark = pytest.mark.install
 

@@ -1,6 +1,6 @@
 """oneCCL's "ccl" backend on faithful profiles (tests/xpu_profiles.py row oneccl_needs_ipex_first): on PyTorch
 2.5-2.7 the bindings' XPU part loads only when IPEX was imported first; the runtime imports IPEX first and checks that
-the XPU part is loaded, in process-group setup and in the smoke job's all-reduce (lightning_xpu/report/worker.py)."""
+the XPU part is loaded, in process-group setup and in the smoke job's all-reduce (validation/worker.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 import lightning_xpu  # noqa: F401  (applies the patches)
 from lightning_xpu._namespaces import LIGHTNING
-from lightning_xpu.report import worker
+from lightning_xpu.validation import worker
 
 REPO = Path(__file__).resolve().parents[2]
 BINDINGS, IPEX = "oneccl_bindings_for_pytorch", "intel_extension_for_pytorch"

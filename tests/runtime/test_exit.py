@@ -27,8 +27,8 @@ import torch.distributed as dist
 from lightning_grid import NAMESPACE_SIDES, newest_lightning_only, strategy_module
 
 from lightning_xpu._namespaces import Namespace
-from lightning_xpu.report.framework import free_port
 from lightning_xpu.strategies import teardown
+from lightning_xpu.validation.framework import free_port
 from tests.runtime.test_launch import LAUNCH_SECONDS, _mpiexec, _rank_environment
 
 STRATEGY_MODULES = ("strategies.ddp", "strategies.fsdp", "strategies.model_parallel")

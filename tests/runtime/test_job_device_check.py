@@ -1,4 +1,4 @@
-"""The job scripts' device check (lightning_xpu/report/job.py, run by scripts/common/job.sh) against the banner
+"""The job scripts' device check (lightning_xpu/commands/job.py, run by scripts/common/job.sh) against the banner
 the Trainer really prints: on simulated XPU with accelerator="xpu" and "cpu", and on
 this CPU machine without simulation.
 
@@ -39,7 +39,7 @@ def banner_file(tmp_path: Path) -> Iterator[Path]:
 
 def check(log: Path, expect: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lightning_xpu.report.job", "check", str(log)],
+        [sys.executable, "-m", "lightning_xpu.commands.job", "check", str(log)],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LIGHTNING_XPU_EXPECT": expect, "LXPU_JOB_NAME": "job"},
         capture_output=True,
         text=True,
@@ -92,7 +92,7 @@ def test_a_failed_launch_ends_the_job_with_its_status_before_any_device_check(tm
     (tmp_path / "train.py").write_text("")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "LXPU_JOB_NAME": "job"}
     for launcher, status in ((["sh", "-c", "exit 3"], 3), (["sh", "-c", "kill -TERM $$"], 143)):
-        done = subprocess.run([sys.executable, "-m", "lightning_xpu.report.job", "launch", "1", "1", "1", "0",
+        done = subprocess.run([sys.executable, "-m", "lightning_xpu.commands.job", "launch", "1", "1", "1", "0",
                                *launcher], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == status and "device check" not in done.stdout + done.stderr, done.stdout
         assert "job: launch: sh -c" in done.stdout and (tmp_path / f"lxpu-train-{os.getpid()}.log").exists()
@@ -103,7 +103,7 @@ def test_the_expected_device_comes_from_the_loaded_install_before_the_module_nam
 ) -> None:
     """`module load lightning-xpu` whose default is a -cpu build: the module name says nothing, the install's
     manifest says cpu; outside an install the name decides; LIGHTNING_XPU_EXPECT overrides both."""
-    from lightning_xpu.report.job import expected_device
+    from lightning_xpu.commands.job import expected_device
 
     for name in ("LIGHTNING_XPU_EXPECT", "LIGHTNING_XPU_VARIANT", "LIGHTNING_XPU_SETUP", "LIGHTNING_XPU_ROOT"):
         monkeypatch.delenv(name, raising=False)

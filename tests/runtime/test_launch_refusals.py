@@ -61,11 +61,13 @@ ONE_PROCESS = {
     "devices=1, ddp": {"devices": 1, "strategy": "ddp"},
     "auto, auto": {"devices": "auto", "strategy": "auto"},
 }
+# Each launcher once and each one-process form once, paired in order: the launcher decides the message's words and
+# per-node option (lightning_xpu/environments/launch.py), the arguments only the device count it reports.
+ONE_PROCESS_LAUNCHES = list(zip(MPI_LAUNCHES, ONE_PROCESS, strict=True))
 
 
 @pytest.mark.parametrize(("kind", "module"), TARGETS)
-@pytest.mark.parametrize("launch", list(MPI_LAUNCHES))
-@pytest.mark.parametrize("arguments", list(ONE_PROCESS))
+@pytest.mark.parametrize(("launch", "arguments"), ONE_PROCESS_LAUNCHES)
 def test_more_mpi_ranks_per_node_than_devices_is_refused(kind, module, launch, arguments, monkeypatch) -> None:
     environ, words, option = MPI_LAUNCHES[launch]
     launches.launch(monkeypatch, environ)
@@ -169,27 +171,39 @@ LAUNCH_KINDS = {
     "pals": launches.PALS,
     "torchrun": launches.TORCHRUN,
 }
-# (variable, bad value, what the message says after "NAME='value' is not ").
+# Lightning's own launch (devices > 1) sets these for its children.
+LIGHTNINGS_OWN = ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE")
+# (launcher, variable, bad value, what the message says after "NAME='value' is not "). The check runs before any
+# launcher is looked at (lightning_xpu/environments/selection.py), so each bad value runs once, under a launcher that
+# sets that variable itself (its good value replaced: the case where a launcher's own reading could come first), and
+# every launcher meets one of its own variables malformed.
 BAD_VALUES = [
-    ("MASTER_PORT", "notaport", "a port number: set it to a free port in 1024-65535, or unset it"),
-    ("MASTER_PORT", "70000", "a port number"),
-    ("MASTER_ADDR", "", "a host (it is empty): set it to the host name or IP address of rank 0"),
-    ("MASTER_ADDR", "node 1", "a host (it holds whitespace)"),
-    ("MASTER_ADDR", "node1:29500", "a host (it looks like host:port or a URL)"),
-    ("WORLD_SIZE", "two", "a whole number of 1 or more: unset it (the launcher sets it) or correct it"),
-    ("RANK", "-1", "a whole number of 0 or more"),
-    ("LOCAL_RANK", "x", "a whole number of 0 or more"),
-    ("PMI_SIZE", "abc", "a whole number of 1 or more"),
-    ("PMI_RANK", "1.0", "a whole number of 0 or more"),
-    ("PALS_RANKID", "r1", "a whole number of 0 or more"),
-    ("OMPI_COMM_WORLD_SIZE", "0", "a whole number of 1 or more"),
-    ("SLURM_PROCID", "first", "a whole number of 0 or more"),
-    ("SLURM_TASKS_PER_NODE", "2x3", "a Slurm tasks-per-node list (like 4(x2),2): unset it"),
+    ("torchrun", "MASTER_PORT", "notaport", "a port number: set it to a free port in 1024-65535, or unset it"),
+    ("lightning", "MASTER_PORT", "70000", "a port number"),
+    ("torchrun", "MASTER_ADDR", "", "a host (it is empty): set it to the host name or IP address of rank 0"),
+    ("lightning", "MASTER_ADDR", "node 1", "a host (it holds whitespace)"),
+    ("torchrun", "MASTER_ADDR", "node1:29500", "a host (it looks like host:port or a URL)"),
+    ("torchrun", "WORLD_SIZE", "two", "a whole number of 1 or more: unset it (the launcher sets it) or correct it"),
+    ("torchrun", "RANK", "-1", "a whole number of 0 or more"),
+    ("lightning", "LOCAL_RANK", "x", "a whole number of 0 or more"),
+    ("mpich", "PMI_SIZE", "abc", "a whole number of 1 or more"),
+    ("srun-pmi2", "PMI_RANK", "1.0", "a whole number of 0 or more"),
+    ("pals", "PALS_RANKID", "r1", "a whole number of 0 or more"),
+    ("openmpi", "OMPI_COMM_WORLD_SIZE", "0", "a whole number of 1 or more"),
+    ("srun", "SLURM_PROCID", "first", "a whole number of 0 or more"),
+    ("intel-mpi-in-sbatch", "SLURM_TASKS_PER_NODE", "2x3", "a Slurm tasks-per-node list (like 4(x2),2): unset it"),
 ]
 
 
-@pytest.mark.parametrize("launch", list(LAUNCH_KINDS))
-@pytest.mark.parametrize(("name", "value", "problem"), BAD_VALUES, ids=[f"{n}={v!r}" for n, v, _ in BAD_VALUES])
+def test_every_launcher_meets_a_malformed_variable_of_its_own() -> None:
+    """The grid below stays one case per launcher path: each launcher, each with a variable it sets itself."""
+    assert {launch for launch, *_ in BAD_VALUES} == set(LAUNCH_KINDS)
+    for launch, name, _, _ in BAD_VALUES:
+        assert name in (LAUNCH_KINDS[launch] or LIGHTNINGS_OWN), (launch, name)
+
+
+@pytest.mark.parametrize(("launch", "name", "value", "problem"), BAD_VALUES,
+                         ids=[f"{launch}-{name}={value!r}" for launch, name, value, _ in BAD_VALUES])
 def test_a_malformed_launch_variable_gives_one_line_naming_it(launch, name, value, problem, monkeypatch) -> None:
     launches.launch(monkeypatch, {**LAUNCH_KINDS[launch], name: value})
     devices = 1 if launch == "lightning" else 2

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from lightning_grid import TRAINER_PACKAGES, newest_lightning_only
 
-from lightning_xpu.report.framework import free_port, local_env
+from lightning_xpu.validation.framework import free_port, local_env
 from tests.conftest import require_service
 from tests.runtime.test_launch import SAMPLES, check_ddp_fit
 

@@ -1,4 +1,4 @@
-"""What a job's allocation says (lightning_xpu/report/allocation.py), as the training jobs (`job nodes`, the launch's
+"""What a job's allocation says (lightning_xpu/commands/allocation.py), as the training jobs (`job nodes`, the launch's
 log lines) and the site validation job (`lightning-xpu validate --site-job`) read it: the submit directory, the
 node count and the job's id, from the scheduler's variables; a variable that cannot be read is one line."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from lightning_xpu.commands import job
+from lightning_xpu.commands.allocation import job_stamp, node_count, submit_directory
+from lightning_xpu.commands.cli import InputError, main, parse_args, site_job_options
 from lightning_xpu.environments.errors import LaunchError
-from lightning_xpu.report import job
-from lightning_xpu.report.allocation import job_stamp, node_count, submit_directory
-from lightning_xpu.report.cli import InputError, main, parse_args, site_job_options
 
 SCHEDULER_VARIABLES = ("PBS_O_WORKDIR", "SLURM_SUBMIT_DIR", "PBS_NODEFILE", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID",
                        "PBS_JOBID")

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_xpu.report import FAIL, PASS, SKIP, checks, worker
-from lightning_xpu.report.checks import CHECKS, NO_XPU, Context, run_check
+from lightning_xpu.validation import FAIL, PASS, SKIP, checks, worker
+from lightning_xpu.validation.checks import CHECKS, NO_XPU, Context, run_check
 
 BY_NAME = {spec.name: spec for spec in CHECKS}
 
@@ -59,7 +59,7 @@ def test_device_properties(context, monkeypatch) -> None:
 
 def test_collectives_over_local_tiles(context, monkeypatch) -> None:
     """Healthy: one process per tile (the worker runs for real under mpiexec in test_report_job.py)."""
-    from lightning_xpu.report.worker import BROADCAST_OBJECT
+    from lightning_xpu.validation.worker import BROADCAST_OBJECT
 
     launches = []
 

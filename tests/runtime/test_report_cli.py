@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from lightning_grid import newest_lightning_only
 
-from lightning_xpu.report import FAIL, PASS, SKIP
-from lightning_xpu.report.checks import CHECKS
-from lightning_xpu.report.cli import main
-from lightning_xpu.report.framework import checks_of
-from lightning_xpu.report.schema import check_report
+from lightning_xpu.commands.cli import main
+from lightning_xpu.validation import FAIL, PASS, SKIP
+from lightning_xpu.validation.checks import CHECKS
+from lightning_xpu.validation.framework import checks_of
+from lightning_xpu.validation.schema import check_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,5 +113,5 @@ def test_the_patch_report_and_its_public_function(tmp_path: Path) -> None:
 
 def test_the_console_script_is_declared() -> None:
     project = (REPO / "pyproject.toml").read_text()
-    assert '\n[project.scripts]\nlightning-xpu = "lightning_xpu.report.cli:main"\n' in project
-    assert '\n"lightning_xpu.report" = ["schema.json"]\n' in project
+    assert '\n[project.scripts]\nlightning-xpu = "lightning_xpu.commands.cli:main"\n' in project
+    assert '\n"lightning_xpu.validation" = ["schema.json"]\n' in project

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from lightning_xpu import diagnosis as diagnose
 from lightning_xpu.environments.errors import DeviceError
-from lightning_xpu.report import diagnose
 from tests.xpu_profiles import ABSENT, ALL_PROFILES, fact
 
 
@@ -207,7 +207,7 @@ def test_an_xpu_build_without_torch_version_xpu_is_not_called_a_cpu_build(versio
                                                                           tmp_path) -> None:
     """torch 2.5.1 has no `torch.version.xpu` (pytorch#139466): its XPU build is told apart otherwise, so a node
     without GPUs is diagnosed as such, and the doctor reports an xpu build."""
-    from lightning_xpu.report.model import torch_build
+    from lightning_xpu.validation.model import torch_build
 
     sim = simulated_xpu(torch=version, devices=0)
     for name in ("LIGHTNING_XPU_VARIANT", "LIGHTNING_XPU_ROOT", "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR",

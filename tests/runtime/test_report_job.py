@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lightning_xpu.report import PASS, SKIP, checks
-from lightning_xpu.report.checks import CHECKS, NO_XPU, Context
-from lightning_xpu.report.schema import check_report
+from lightning_xpu.validation import PASS, SKIP, checks
+from lightning_xpu.validation.checks import CHECKS, NO_XPU, Context
+from lightning_xpu.validation.schema import check_report
 from tests.conftest import require_service
 
 REPO = Path(__file__).resolve().parents[2]

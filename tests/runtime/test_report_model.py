@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from lightning_xpu.report import FAIL, PASS, SKIP, Check, Report
-from lightning_xpu.report.framework import LEVELS
-from lightning_xpu.report.markdown import render
-from lightning_xpu.report.model import environment_tag, environment_variant, relevant_environment, versions
-from lightning_xpu.report.schema import SchemaError, check_report, errors, load_schema
+from lightning_xpu.install_facts import environment_tag, environment_variant
+from lightning_xpu.validation import FAIL, PASS, SKIP, Check, Report
+from lightning_xpu.validation.framework import LEVELS
+from lightning_xpu.validation.markdown import render
+from lightning_xpu.validation.model import relevant_environment, versions
+from lightning_xpu.validation.schema import SchemaError, check_report, errors, load_schema
 
 
 def sample_report() -> Report:

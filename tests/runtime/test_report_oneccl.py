@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from lightning_grid import newest_lightning_only
 
-from lightning_xpu.report import PASS, Report, checks
-from lightning_xpu.report.framework import Context, Outcome, ValidationCheck, local_env, record_ranks, run_check
-from lightning_xpu.report.markdown import render
-from lightning_xpu.report.model import versions
-from lightning_xpu.report.oneccl import oneccl_variables
-from lightning_xpu.report.schema import check_report
+from lightning_xpu.validation import PASS, Report, checks
+from lightning_xpu.validation.framework import Context, Outcome, ValidationCheck, local_env, record_ranks, run_check
+from lightning_xpu.validation.markdown import render
+from lightning_xpu.validation.model import versions
+from lightning_xpu.validation.oneccl import oneccl_variables
+from lightning_xpu.validation.schema import check_report
 
 
 def rank(global_rank: int, **environment: str) -> dict[str, Any]:

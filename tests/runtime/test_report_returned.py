@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from lightning_xpu.report import FAIL, PASS, Check, Report
-from lightning_xpu.report.model import versions
-from lightning_xpu.report.schema import check_report
+from lightning_xpu.validation import FAIL, PASS, Check, Report
+from lightning_xpu.validation.model import versions
+from lightning_xpu.validation.schema import check_report
 
 REPORTS = Path(__file__).resolve().parents[1] / "data" / "validation-reports"
 REPORTS_CITED = "tests/data/validation-reports/"

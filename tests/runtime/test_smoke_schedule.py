@@ -1,4 +1,4 @@
-"""The smoke job's schedule (`lightning-xpu validate --level smoke`, lightning_xpu/report/framework.py): without an
+"""The smoke job's schedule (`lightning-xpu validate --level smoke`, lightning_xpu/validation/framework.py): without an
 accelerator its process-starting checks run at the same time; on a device, or with --require-xpu, one after
 another. Reports keep the checks' order either way."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lightning_xpu.report import PASS, framework
-from lightning_xpu.report.framework import CheckFailed, Context, Outcome, checks_of, run_checks
+from lightning_xpu.validation import PASS, framework
+from lightning_xpu.validation.framework import CheckFailed, Context, Outcome, checks_of, run_checks
 
 WAIT_S = 20.0
 

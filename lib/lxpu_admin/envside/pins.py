@@ -16,7 +16,7 @@ Which distributions are pinned is read from the environment itself (its installe
 Each at the version installed (the package's at its distribution's). Looser requirements (filelock, fsspec, ...)
 stay free for users to upgrade.
 
-The same command puts the guard (lightning_xpu/report/pipguard.py, of the environment's own lightning_xpu) in
+The same command puts the guard (lightning_xpu/commands/pipguard.py, of the environment's own lightning_xpu) in
 front of the environment's pip and of uv, and writes <env>/pip.conf naming the pins (for `python -m pip`): a
 request the pins refuse is answered in one line, as in a user layer.
 
@@ -141,7 +141,7 @@ def install_guards(env: Path, python: Path) -> list[Path]:
         raise RuntimeError(f"{python} has no lightning_xpu: install it before the pins")
     # A documented by-path load (issue 28), as lightning_range.py's: the runtime's pip guard, read from the
     # environment's lightning_xpu without importing the runtime package (its import installs the Lightning hook).
-    spec = importlib.util.spec_from_file_location("lxpu_pipguard", Path(origin).parent / "report" / "pipguard.py")
+    spec = importlib.util.spec_from_file_location("lxpu_pipguard", Path(origin).parent / "commands" / "pipguard.py")
     assert spec and spec.loader
     guard = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(guard)

@@ -209,14 +209,14 @@ def environment_exports(root: str, tag: str, home: str) -> dict[str, str]:
     return exports
 
 
-# ---- the user layer (`lightning-xpu user-env`, lightning_xpu/report/userenv.py, which loads this file) ----------
+# ---- the user layer (`lightning-xpu user-env`, lightning_xpu/commands/userenv.py, which loads this file) ----------
 # A layer is a venv of the user's own. It belongs to one prefix and tag, and records the build it was made (or last
 # repointed) over, with that build's Python and pins, in LAYER_RECORD. Its site .pth adds the environment's
 # site-packages at every start: those of the build in LIGHTNING_XPU_ROOT when that is a build of its prefix and tag
 # (the build this shell or job pinned, and leased), else of the recorded build. So a job never mixes two builds, and
 # a build that a job's layer needs is the build that job leased.
 LAYER_RECORD = "lightning-xpu-layer"
-LAYER_ENVIRONMENT = "lightning-xpu-environment"  # the build, one line (its pins: lightning_xpu/report/pipguard.py)
+LAYER_ENVIRONMENT = "lightning-xpu-environment"  # the build, one line (its pins: lightning_xpu/commands/pipguard.py)
 LAYER_MODULE = "_lightning_xpu_layer"
 LAYER_PTH = "_lightning_xpu_environment.pth"
 _LAYER_SITES = """\

@@ -1,7 +1,7 @@
 """The builds of a tag: <prefix>/.envs/<tag>.<build-id>, which are complete, and the rollback record in each.
 
 The build id's one writer (new_build_id) and one reader (split_build) are here; the runtime, which imports nothing
-of the admin package, reads it back with its own pattern (lightning_xpu/report/model.py _BUILD_ID).
+of the admin package, reads it back with its own pattern (lightning_xpu/install_facts.py _BUILD_ID).
 
 Builds are immutable once published: nothing here writes into a build.
 """

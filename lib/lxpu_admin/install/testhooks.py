@@ -9,7 +9,7 @@ tests/install sets them; an administrator never does). Each is inert when its va
                             publish steps run as always (steps.py `install_steps`), so the tests of publishing,
                             links, locks and logs need no real install
 
-The runtime's own test switch (LIGHTNING_XPU_SMOKE_INJECT_FAILURE) lives in lightning_xpu/report/framework.py.
+The runtime's own test switch (LIGHTNING_XPU_SMOKE_INJECT_FAILURE) lives in lightning_xpu/validation/framework.py.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def _directives(section: Table, key: str, kind: str) -> tuple[str, ...]:
 
 
 VALIDATION_JOB = "validate_lightning.sh"
-# The launchers the validation's launched checks know (lightning_xpu/report/checks.py).
+# The launchers the validation's launched checks know (lightning_xpu/validation/checks.py).
 VALIDATION_LAUNCHERS = ("srun", "mpiexec")
 # Every validation job's name and log, whatever the site: the site file gives only its resources.
 _VALIDATION_NAMING = {

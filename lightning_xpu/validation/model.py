@@ -6,11 +6,9 @@ fork on PyTorch 2.5-2.12): device facts enter a report only where the caller ask
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
-import re
 import socket
 import sys
 import time
@@ -18,24 +16,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_xpu.install_facts import (
+    DISTRIBUTIONS,
+    distribution_version,
+    environment_variant,
+    install_manifest,
+    is_xpu_build,
+)
+
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 STATUSES = (PASS, FAIL, SKIP)
 SCHEMA_VERSION = 1
 
-# Distributions whose versions a report names (None when not installed). Lightning comes in two namespaces. A tuple:
-# the same package under the names it had, the first installed one counts. Triton for XPU is `triton-xpu` from
-# PyTorch 2.10/2.11 on (intel/torch-xpu-ops#2814; `.github/workflows/_linux_build.yml`@release/2.11..release/2.14
-# install `triton-xpu==`), `pytorch-triton-xpu` before.
-DISTRIBUTIONS: dict[str, str | tuple[str, ...]] = {
-    "lightning": "lightning",
-    "pytorch_lightning": "pytorch-lightning",
-    "lightning_fabric": "lightning-fabric",
-    "lightning_utilities": "lightning-utilities",
-    "intel_extension_for_pytorch": "intel-extension-for-pytorch",
-    "oneccl_bindings_for_pytorch": "oneccl-bind-pt",
-    "triton_xpu": ("triton-xpu", "pytorch-triton-xpu"),
-    "numpy": "numpy",
-}
 # Environment variables a report records (values as set; unset ones are left out).
 ENV_PREFIXES = ("ZE_", "ONEAPI_", "SYCL_", "CCL_", "FI_", "I_MPI_", "LIGHTNING_XPU_", "UR_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "PBS_JOBID",
@@ -49,7 +41,7 @@ class Check:
     reason: str
     seconds: float = 0.0
     detail: dict[str, Any] | None = None  # structured facts of a passed check (the smoke level's)
-    oneccl: list[dict[str, Any]] | None = None  # per rank {"rank", "host", "variables"}: report/oneccl.py
+    oneccl: list[dict[str, Any]] | None = None  # per rank {"rank", "host", "variables"}: validation/oneccl.py
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -60,7 +52,7 @@ class Check:
 class Report:
     kind: str  # "validation" or "doctor"
     versions: dict[str, str | None]
-    level: str | None = None  # a validation's level: "smoke" or "site" (lightning_xpu/report/framework.py)
+    level: str | None = None  # a validation's level: "smoke" or "site" (lightning_xpu/validation/framework.py)
     checks: list[Check] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)
@@ -94,8 +86,8 @@ class Report:
 
     def write(self, json_path: Path, markdown_path: Path | None = None) -> None:
         """Validate against the committed schema, then write (temporary file + rename: nothing half-written)."""
-        from lightning_xpu.report.markdown import render
-        from lightning_xpu.report.schema import check_report
+        from lightning_xpu.validation.markdown import render
+        from lightning_xpu.validation.schema import check_report
 
         data = self.to_dict()
         check_report(data)
@@ -109,73 +101,6 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def distribution_version(names: str | tuple[str, ...]) -> str | None:
-    """The version of the first of `names` installed, None when none is."""
-    for name in (names,) if isinstance(names, str) else names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def install_manifest() -> dict[str, Any]:
-    """The install job's manifest.json of the environment this Python runs in ({} outside our installs)."""
-    for root in (os.environ.get("LIGHTNING_XPU_ROOT"), sys.prefix):
-        if root:
-            try:
-                return dict(json.loads((Path(root) / "manifest.json").read_text()))
-            except (OSError, ValueError):
-                continue
-    return {}
-
-
-# A pinned build is <prefix>/.envs/<tag>.<build-id>, the build id being <YYYYmmddTHHMMSS>-<pid> (install engine).
-_BUILD_ID = re.compile(r"\.\d{8}T\d{6}-\d+$")
-
-
-def environment_tag() -> str | None:
-    """The tag (`2.13`, `2.13-cpu`) of the lightning-xpu environment this process runs in, None outside one: the
-    install manifest's, else the name of `LIGHTNING_XPU_ROOT` (`<prefix>/<tag>`, or the build the module pinned)."""
-    tag = install_manifest().get("tag")
-    if tag:
-        return str(tag)
-    root = os.environ.get("LIGHTNING_XPU_ROOT", "").rstrip("/")
-    return (_BUILD_ID.sub("", Path(root).name) or None) if root else None
-
-
-def variant_of(tag: str) -> str:
-    """`<ver>` is the xpu variant, `<ver>-<variant>` any other (lib/lxpu_admin/render/matrix.py `tag_of`)."""
-    return tag.partition("-")[2] or "xpu"
-
-
-def environment_variant() -> tuple[str | None, str]:
-    """(variant, where it came from): `LIGHTNING_XPU_VARIANT`, else the install manifest, else the tag of
-    `LIGHTNING_XPU_ROOT` (`<prefix>/2.13-cpu` -> cpu, `<prefix>/2.13` -> xpu), else (None, "not in an install")."""
-    variant = os.environ.get("LIGHTNING_XPU_VARIANT")
-    if variant:
-        return variant, "LIGHTNING_XPU_VARIANT"
-    recipe = install_manifest().get("recipe") or {}
-    if recipe.get("variant"):
-        return str(recipe["variant"]), "the install manifest"
-    tag = environment_tag()
-    if tag:
-        return variant_of(tag), f"LIGHTNING_XPU_ROOT ({tag})"
-    return None, "not in a lightning-xpu install (no module or setup script loaded)"
-
-
-def is_xpu_build() -> bool:
-    """Whether the installed torch was compiled with XPU (imports torch, counts nothing). `torch.version.xpu` says
-    so from 2.6 on; 2.5.1 has no such attribute (added by pytorch/pytorch#139466), so there the compiled-in flag
-    answers (`torch.xpu._is_compiled()`, torch/xpu/__init__.py@v2.5.1)."""
-    import torch
-
-    if hasattr(torch.version, "xpu"):
-        return bool(torch.version.xpu)
-    is_compiled = getattr(torch.xpu, "_is_compiled", None)
-    return bool(is_compiled is not None and is_compiled())
 
 
 def torch_build() -> dict[str, str | None]:
@@ -193,7 +118,7 @@ def torch_build() -> dict[str, str | None]:
 def versions() -> dict[str, str | None]:
     """Every version involved: Python, platform, torch and its build, Lightning (both namespaces), lightning_xpu,
     IPEX and the oneCCL bindings where installed, the variant and the install's tag and site."""
-    import lightning_xpu
+    from lightning_xpu._version import __version__
 
     variant, variant_source = environment_variant()
     manifest = install_manifest()
@@ -202,7 +127,7 @@ def versions() -> dict[str, str | None]:
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "platform": platform.platform(),
-        "lightning_xpu": lightning_xpu.__version__,
+        "lightning_xpu": __version__,
         "variant": variant,
         "variant_source": variant_source,
         "install_tag": manifest.get("tag"),

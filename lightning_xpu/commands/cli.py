@@ -3,12 +3,12 @@
   doctor    the full picture: torch build and version, variant, devices and their properties, driver, relevant
             environment variables, XCCL/ccl availability, the launcher detected, and why XPU cannot be used;
             exit status 1 when a check failed
-  validate  a level's checks (lightning_xpu/report/framework.py): `--level site` (default), the site validation
+  validate  a level's checks (lightning_xpu/validation/framework.py): `--level site` (default), the site validation
             job's; `--level smoke`, the install's smoke job. Writes a JSON report (schema:
-            lightning_xpu/report/schema.json) and a Markdown one; exit status 1 when a check failed
+            lightning_xpu/validation/schema.json) and a Markdown one; exit status 1 when a check failed
   report    the patch report: which Lightning patches were expected and applied (as lightning_xpu.report())
   user-env  make your own writable layer over this (read-only) environment, where pip and uv install
-            (lightning_xpu/report/userenv.py)
+            (lightning_xpu/commands/userenv.py)
 """
 
 from __future__ import annotations
@@ -20,32 +20,32 @@ import tempfile
 import time
 from pathlib import Path
 
-from lightning_xpu.report.framework import LEVELS, Context
-from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, Report
+from lightning_xpu.validation.framework import LEVELS, Context
+from lightning_xpu.validation.model import FAIL, PASS, SKIP, Check, Report
 
 
 def doctor_report() -> Report:
     """What the doctor prints, as a report (kind "doctor"). Asks torch for XPU devices: the user asked."""
     import torch
 
-    from lightning_xpu.report import diagnose
-    from lightning_xpu.report.checks import patch_rows
-    from lightning_xpu.report.model import relevant_environment, versions
+    from lightning_xpu import diagnosis
+    from lightning_xpu.patch_report import patch_rows
+    from lightning_xpu.validation.model import relevant_environment, versions
 
     found = versions()
-    found.update(diagnose.driver_facts())
+    found.update(diagnosis.driver_facts())
     report = Report("doctor", found, environment=relevant_environment())
-    reason = diagnose.unusable_reason()
+    reason = diagnosis.unusable_reason()
     if reason is None:
         count = int(torch.xpu.device_count())
-        report.devices = diagnose.device_facts(count)
+        report.devices = diagnosis.device_facts(count)
         found["driver_version"] = str(report.devices[0].get("driver_version")) if report.devices else None
         report.checks.append(Check("xpu_usable", PASS, f"{count} XPU device(s): {report.devices[0]['name']}"))
     else:
-        report.checks.append(Check("xpu_usable", FAIL, reason.replace(" " + diagnose.DOCTOR_HINT, "")))
+        report.checks.append(Check("xpu_usable", FAIL, reason.replace(" " + diagnosis.DOCTOR_HINT, "")))
     # A torch without XPU has no XPU collective to check, and no version advice for one to give.
     xpu_build = reason is None or bool(getattr(torch.version, "xpu", None))
-    backend, how = diagnose.collective_backend() if xpu_build else (None, "")
+    backend, how = diagnosis.collective_backend() if xpu_build else (None, "")
     found["xpu_collective_backend"] = backend
     if not xpu_build:
         report.checks.append(Check("xpu_collectives", SKIP, "this PyTorch has no XPU support (see xpu_usable)"))
@@ -54,7 +54,7 @@ def doctor_report() -> Report:
     else:
         report.checks.append(Check("xpu_collectives", SKIP if reason else FAIL,
                                    ("no Intel GPU; " if reason else "") + how))
-    launch = diagnose.launcher_facts()
+    launch = diagnosis.launcher_facts()
     where = f" in {launch['scheduler']} job {launch['job']}" if launch["job"] else ""
     report.checks.append(Check("launcher", PASS, (launch["launcher"] or "none: a single process, Lightning starts"
                                                   " the ranks") + where))
@@ -67,15 +67,15 @@ def doctor_report() -> Report:
         report.checks.append(Check("patches", FAIL if missing else PASS,
                                    f"expected but not applied: {', '.join(missing)}" if missing
                                    else f"{sum(r.applied for r in rows)} applied"))
-    from lightning_xpu.report.userenv import layer_check
+    from lightning_xpu.commands.userenv import layer_check
 
     report.checks.append(layer_check())
     return report
 
 
 def pins_check() -> Check:
-    """Whether the installed packages are still the environment's pins (lightning_xpu/report/pincheck.py)."""
-    from lightning_xpu.report import pincheck
+    """Whether the installed packages are still the environment's pins (lightning_xpu/validation/pincheck.py)."""
+    from lightning_xpu.validation import pincheck
 
     try:
         ok, line = pincheck.verdict(pincheck.environment_root())
@@ -89,17 +89,13 @@ def broken_report(error: Exception) -> Report:
     and the pins, which often say why (PyPI's torchvision next to a +cpu torch, a CUDA torch in the user layer)."""
     import platform
 
-    import lightning_xpu
-    from lightning_xpu.report.model import (
-        DISTRIBUTIONS,
-        distribution_version,
-        environment_variant,
-        relevant_environment,
-    )
+    from lightning_xpu._version import __version__
+    from lightning_xpu.install_facts import DISTRIBUTIONS, distribution_version, environment_variant
+    from lightning_xpu.validation.model import relevant_environment
 
     found: dict[str, str | None] = {
         "python": platform.python_version(), "python_executable": sys.executable, "platform": platform.platform(),
-        "lightning_xpu": lightning_xpu.__version__, "variant": environment_variant()[0],
+        "lightning_xpu": __version__, "variant": environment_variant()[0],
         "torch": distribution_version("torch"), "torch_build": None,
         **{key: distribution_version(dist) for key, dist in DISTRIBUTIONS.items()},
     }  # fmt: skip
@@ -110,7 +106,7 @@ def broken_report(error: Exception) -> Report:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from lightning_xpu.report.markdown import render
+    from lightning_xpu.validation.markdown import render
 
     try:
         report = doctor_report()
@@ -127,7 +123,7 @@ def default_json(level: str, stamp: str) -> Path:
     into the user's state directory, never into the working directory or the (immutable) environment."""
     if level == "site":
         return Path(f"lightning-xpu-validation-{stamp}.json")
-    from lightning_xpu.report.model import environment_tag
+    from lightning_xpu.install_facts import environment_tag
 
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return state / "lightning-xpu" / f"smoke-{environment_tag() or 'python'}-{stamp}.json"
@@ -136,7 +132,7 @@ def default_json(level: str, stamp: str) -> Path:
 def smoke_context(args: argparse.Namespace, workdir: Path) -> tuple[Context, list[str]]:
     """The smoke level's context and its notes: --require-xpu, else the environment's variant decides (the xpu
     variant must train on XPU)."""
-    from lightning_xpu.report.model import environment_variant
+    from lightning_xpu.install_facts import environment_variant
 
     notes = []
     require = bool(args.require_xpu)
@@ -164,9 +160,9 @@ def count_option(option: str, text: str, most: int | None = None) -> int:
 
 def site_job_options(args: argparse.Namespace) -> None:
     """The site validation job's options (<prefix>/validate_lightning.sh hands over with --site-job, its name):
-    what it leaves out comes from the allocation (lightning_xpu/report/allocation.py): the nodes, at most 2 (the
+    what it leaves out comes from the allocation (lightning_xpu/commands/allocation.py): the nodes, at most 2 (the
     launched checks use 2), and the report directory next to where the job was submitted."""
-    from lightning_xpu.report.allocation import job_stamp, node_count, submit_directory
+    from lightning_xpu.commands.allocation import job_stamp, node_count, submit_directory
 
     if args.level != "site":
         raise InputError(f"--site-job runs the site level, not --level {args.level}")
@@ -182,7 +178,7 @@ def report_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """The JSON and Markdown reports: --json/--markdown, else in --out, else the level's defaults. The smoke level
     writes Markdown only when asked: during an install its JSON is the one file it may write into the environment
     (the staging image is written meanwhile and leaves out only smoke.json)."""
-    from lightning_xpu.report.allocation import DATE_STAMP
+    from lightning_xpu.commands.allocation import DATE_STAMP
 
     out = args.out
     json_path = args.json or (out / "validation.json" if out else default_json(args.level, time.strftime(DATE_STAMP)))
@@ -193,10 +189,10 @@ def report_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from lightning_xpu.diagnosis import device_facts
     from lightning_xpu.environments.errors import LaunchError
-    from lightning_xpu.report.diagnose import device_facts
-    from lightning_xpu.report.framework import checks_of, run_checks
-    from lightning_xpu.report.model import relevant_environment, versions
+    from lightning_xpu.validation.framework import checks_of, run_checks
+    from lightning_xpu.validation.model import relevant_environment, versions
 
     specs = checks_of(args.level)
     if args.list:
@@ -236,14 +232,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
         checks = run_checks(context, only, progress, level=args.level)
     found = versions()
-    from lightning_xpu.report.diagnose import driver_facts
+    from lightning_xpu.diagnosis import driver_facts
 
     found.update(driver_facts())
     report = Report("validation", found, level=args.level, checks=checks, environment=relevant_environment(),
                     notes=notes)
     # The smoke level's device report is its `devices` check's detail: it never asks torch for XPU otherwise.
     if args.level == "site" and context.xpu:
-        from lightning_xpu.report.diagnose import collective_backend
+        from lightning_xpu.diagnosis import collective_backend
 
         found["xpu_collective_backend"] = collective_backend()[0]
         report.devices = device_facts(context.devices)
@@ -261,14 +257,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lightning_xpu.report.patches import print_patch_report
+    from lightning_xpu.patch_report import print_patch_report
 
     print_patch_report()
     return 0
 
 
 def cmd_user_env(args: argparse.Namespace) -> int:
-    from lightning_xpu.report import userenv
+    from lightning_xpu.commands import userenv
 
     return userenv.run(args)
 

@@ -1,16 +1,16 @@
 """The one check framework of `lightning-xpu validate`: checks registered per level, run in order, reported as
-`Check`s (lightning_xpu/report/model.py, schema.json).
+`Check`s (lightning_xpu/validation/model.py, schema.json).
 
 Levels:
 - `smoke`: the install's smoke job (`lightning-xpu validate --level smoke`, run by the install engine inside the
   new environment before it is published): imports, devices, the autoload hook, the patches, `pip check`,
-  backends, a 2-rank all-reduce and two Lightning toy fits (lightning_xpu/report/smoke.py);
-- `site`: the site validation job (lightning_xpu/report/checks.py), the XPU-only paths CI only simulates.
+  backends, a 2-rank all-reduce and two Lightning toy fits (lightning_xpu/validation/smoke.py);
+- `site`: the site validation job (lightning_xpu/validation/checks.py), the XPU-only paths CI only simulates.
 
 A check is a function of a `Context`. It returns a one-line reason (or an `Outcome` with structured detail) when it
 passes, raises `CheckFailed(reason)` when it fails and `CheckSkipped(reason)` when it does not apply here. A check
 marked `needs_xpu` is skipped with "no Intel GPU" where XPU cannot be used. Every check whose ranks created a process
-group records the oneCCL launch variables each rank saw (`oneccl`, lightning_xpu/report/oneccl.py).
+group records the oneCCL launch variables each rank saw (`oneccl`, lightning_xpu/validation/oneccl.py).
 
 Schedule: checks run one after another, in their registered order, except where the check marked `gate` (the smoke
 level's device report) found no accelerator: then the checks marked `parallel_on_cpu` start at once, right after
@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from lightning_xpu.report.model import FAIL, PASS, SKIP, Check
-from lightning_xpu.report.oneccl import oneccl_variables
+from lightning_xpu.validation.model import FAIL, PASS, SKIP, Check
+from lightning_xpu.validation.oneccl import oneccl_variables
 
 NO_XPU = "no Intel GPU"
 INJECT_VARIABLE = "LIGHTNING_XPU_SMOKE_INJECT_FAILURE"
 # Each level and the module that registers its checks (imported when the level is asked for).
-LEVEL_MODULES = {"smoke": "lightning_xpu.report.smoke", "site": "lightning_xpu.report.checks"}
+LEVEL_MODULES = {"smoke": "lightning_xpu.validation.smoke", "site": "lightning_xpu.validation.checks"}
 LEVELS = tuple(LEVEL_MODULES)
 # Launcher variables a local launch must not inherit from the batch script (else Lightning takes it for srun, and
 # the smoke job would test the job's task layout instead of the environment).
@@ -86,7 +86,7 @@ class Context:
     @classmethod
     def detect(cls, workdir: Path, nodes: int = 1) -> Context:
         """The context of this process. Asks torch for XPU devices: call only where XPU was asked for."""
-        from lightning_xpu.report.diagnose import unusable_reason
+        from lightning_xpu.diagnosis import unusable_reason
 
         reason = unusable_reason()
         if reason is not None:

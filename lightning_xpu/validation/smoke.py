@@ -1,4 +1,4 @@
-"""The smoke level of `lightning-xpu validate` (lightning_xpu/report/framework.py): proves that this Python
+"""The smoke level of `lightning-xpu validate` (lightning_xpu/validation/framework.py): proves that this Python
 environment can train with Lightning, on XPU where there is one. The install engine runs it inside each new
 environment before publishing it (`lightning-xpu validate --level smoke --json <env>/share/lightning-xpu/smoke.json`).
 
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightning_xpu.report.framework import (
+from lightning_xpu.validation.framework import (
     CheckFailed,
     Context,
     Outcome,
@@ -152,8 +152,8 @@ def check_patches(_: Context) -> Outcome:
 @smoke("pinned_packages")
 def check_pinned_packages(_: Context) -> str:
     """Each package the environment pins (share/lightning-xpu/constraints.txt) is installed at its pin, and no
-    torch-family package is another torch build's (lightning_xpu/report/pincheck.py)."""
-    from lightning_xpu.report.pincheck import check_text
+    torch-family package is another torch build's (lightning_xpu/validation/pincheck.py)."""
+    from lightning_xpu.validation.pincheck import check_text
 
     return check_text()
 
@@ -221,7 +221,7 @@ def allreduce_plan() -> tuple[str, str]:
 @smoke("allreduce", parallel_on_cpu=True)
 def check_allreduce(context: Context) -> Outcome:
     """A 2-rank all-reduce (and object broadcast) over the accelerator's backend, else gloo."""
-    from lightning_xpu.report.checks import judge_collectives, run_worker
+    from lightning_xpu.validation.checks import judge_collectives, run_worker
 
     backend, device = allreduce_plan()
     env = local_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

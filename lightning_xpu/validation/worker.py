@@ -1,9 +1,9 @@
-"""The processes the validation checks launch: `python -m lightning_xpu.report.worker collectives|fit ...`.
+"""The processes the validation checks launch: `python -m lightning_xpu.validation.worker collectives|fit ...`.
 
 They run wherever a check needs more than one process: over all local tiles (started by `checks` itself, or by
 Lightning for a multi-device fit), or under the site launcher (`srun`, `mpiexec`) for the DDP and multi-node
 checks, and for the smoke level's all-reduce. Each rank writes `<out>/rank-<global rank>.json`, with the oneCCL
-launch variables it saw after its process group was created (`launch_environment`, lightning_xpu/report/oneccl.py);
+launch variables it saw after its process group was created (`launch_environment`, lightning_xpu/validation/oneccl.py);
 the check that launched them judges those files.
 """
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning_xpu.report.oneccl import oneccl_variables
+from lightning_xpu.validation.oneccl import oneccl_variables
 
 BROADCAST_OBJECT = {"from": "rank 0", "text": "lightning-xpu validation"}
 FIT_LR = 0.05  # the checks' unit tests set 0 to simulate a loss that does not fall
@@ -161,7 +161,7 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m lightning_xpu.report.worker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lightning_xpu.validation.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
     coll = sub.add_parser("collectives", help="all-reduce + object broadcast over every rank")

@@ -3,7 +3,7 @@
 Call these only where XPU was asked for (`accelerator="xpu"`, the doctor, the validation job):
 `unusable_reason` asks `torch.xpu.is_available()`, which counts devices, and counting poisons fork on PyTorch
 2.5-2.12 (`torch/csrc/xpu/Module.cpp`; from 2.13 only where Level Zero Sysman counting fails). The causes themselves
-are read from the environment, torch's build (`model.is_xpu_build`) and /dev/dri, in order: a non-xpu variant, a
+are read from the environment, torch's build (`install_facts.is_xpu_build`) and /dev/dri, in order: a non-xpu variant, a
 torch build without XPU, selector variables, then why Level Zero shows no device.
 """
 
@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_xpu.report.model import environment_variant, is_xpu_build
+from lightning_xpu.install_facts import environment_variant, is_xpu_build
 
 DOCTOR_HINT = "Run `lightning-xpu doctor` for the full picture."
 HIERARCHIES = ("FLAT", "COMPOSITE", "COMBINED")

@@ -12,6 +12,15 @@ from typing import Any, TextIO
 UNAVAILABLE = "patch report unavailable: lightning_xpu.versions.patch_status() is not in this build"
 
 
+def patch_rows() -> list[Any] | None:
+    """`lightning_xpu.versions.patch_status()` where this build has it (helper module of issue 13), else None."""
+    try:
+        from lightning_xpu import versions  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return list(versions.patch_status())
+
+
 def patch_lines(rows: list[Any] | None) -> list[str]:
     if rows is None:
         return [UNAVAILABLE]
@@ -27,13 +36,12 @@ def patch_lines(rows: list[Any] | None) -> list[str]:
 
 def print_patch_report(file: TextIO | None = None) -> None:
     """Print the lightning_xpu version, Lightning's versions and the patch table (for support requests)."""
-    import lightning_xpu
-    from lightning_xpu.report.checks import patch_rows
-    from lightning_xpu.report.model import DISTRIBUTIONS, distribution_version
+    from lightning_xpu._version import __version__
+    from lightning_xpu.install_facts import DISTRIBUTIONS, distribution_version
 
     out = file or sys.stdout
     names = ("lightning", "pytorch_lightning")
     found = ", ".join(f"{name} {distribution_version(DISTRIBUTIONS[name]) or 'not installed'}" for name in names)
-    print(f"lightning_xpu {lightning_xpu.__version__}; {found}", file=out)
+    print(f"lightning_xpu {__version__}; {found}", file=out)
     for line in patch_lines(patch_rows()):
         print(line, file=out)

@@ -1,5 +1,5 @@
 """What a batch job's allocation says, from the scheduler's variables alone: the directory the job was submitted
-from, its node count and its id. Read here for the training jobs (lightning_xpu/report/job.py, under
+from, its node count and its id. Read here for the training jobs (lightning_xpu/commands/job.py, under
 scripts/common/job.sh) and for the site validation job (`lightning-xpu validate --site-job`)."""
 
 from __future__ import annotations

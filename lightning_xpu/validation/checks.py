@@ -1,4 +1,4 @@
-"""The site validation job's checks (the `site` level of lightning_xpu/report/framework.py): each exercises one
+"""The site validation job's checks (the `site` level of lightning_xpu/validation/framework.py): each exercises one
 XPU-only path that CI only simulates.
 
 Every check is a small function registered in `CHECKS` (in the order the job runs them), with the framework's
@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lightning_xpu.report.framework import (
+from lightning_xpu.patch_report import patch_rows
+from lightning_xpu.validation.framework import (
     NO_XPU,
     CheckFailed,
     CheckSkipped,
@@ -43,7 +44,7 @@ from lightning_xpu.report.framework import (
 __all__ = ["CHECKS", "NO_XPU", "CheckFailed", "CheckSkipped", "Context", "free_port", "local_env", "run_check",
            "run_checks", "run_worker"]
 
-WORKER = "lightning_xpu.report.worker"
+WORKER = "lightning_xpu.validation.worker"
 WORKER_TIMEOUT_S = 600
 
 
@@ -121,7 +122,7 @@ def _require_world(reports: list[dict[str, Any]], world: int, what: str) -> None
 
 
 def judge_collectives(reports: list[dict[str, Any]], world: int) -> str:
-    from lightning_xpu.report.worker import BROADCAST_OBJECT
+    from lightning_xpu.validation.worker import BROADCAST_OBJECT
 
     _require_world(reports, world, "collectives")
     expected = world * (world + 1) / 2
@@ -195,7 +196,7 @@ def _launcher_env(context: Context) -> dict[str, str]:
 
 def _worker_backend(context: Context) -> str:
     """The XPU collective backend (failing with its cause when there is none); gloo for CPU tensors."""
-    from lightning_xpu.report.diagnose import collective_backend
+    from lightning_xpu.diagnosis import collective_backend
 
     backend, how = collective_backend()
     if backend is None:
@@ -235,8 +236,8 @@ def check_patches(context: Context) -> str:
 @check("pins", needs_xpu=False)
 def check_pins(context: Context) -> str:
     """Each package the environment pins is installed at its pin, in the environment and the user layer in use,
-    and no torch-family package is another torch build's (lightning_xpu/report/pincheck.py)."""
-    from lightning_xpu.report.pincheck import check_text
+    and no torch-family package is another torch build's (lightning_xpu/validation/pincheck.py)."""
+    from lightning_xpu.validation.pincheck import check_text
 
     return check_text()
 
@@ -246,7 +247,7 @@ def check_device_properties(context: Context) -> str:
     """Every device reports a name, memory and EU count (a Max 1550 tile: 448 EUs, 64 GiB)."""
     import torch
 
-    from lightning_xpu.report.diagnose import device_facts
+    from lightning_xpu.diagnosis import device_facts
 
     count = int(torch.xpu.device_count())
     if count < 1:
@@ -290,7 +291,7 @@ def check_collectives_nodes(context: Context) -> str:
 
 def fit_losses(context: Context, precision: str) -> tuple[list[float], str | None, Any]:
     """A short in-process fit on one device: (losses, output dtype inside autocast, the trainer)."""
-    from lightning_xpu.report.worker import regression
+    from lightning_xpu.validation.worker import regression
 
     seen: dict[str, Any] = {}
     model, loader = regression(_pl(), seen)
@@ -539,15 +540,6 @@ def check_checkpoint_fsdp_sharded(context: Context) -> str:
 def check_checkpoint_fsdp_full(context: Context) -> str:
     """Save a full (consolidated) FSDP checkpoint and resume from it."""
     return _checkpoint_round_trip(context, "fsdp", "FSDP full checkpoint", state_dict_type="full")
-
-
-def patch_rows() -> list[Any] | None:
-    """`lightning_xpu.versions.patch_status()` where this build has it (helper module of issue 13), else None."""
-    try:
-        from lightning_xpu import versions  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return list(versions.patch_status())
 
 
 CHECKS = checks_of("site")

@@ -9,7 +9,7 @@ starts. Without a local rank it prints "could not get local_idx/count from envir
 so a report that shows what each rank saw tells a site why a collective hung (issue 18).
 
 The ranks capture them themselves, after the process group was created (what lightning_xpu's runtime set for
-oneCCL included): `lightning_xpu/report/worker.py` and `scripts/common/toy_fit.py` write them into their rank
+oneCCL included): `lightning_xpu/validation/worker.py` and `scripts/common/toy_fit.py` write them into their rank
 reports as `launch_environment`.
 """
 

@@ -32,8 +32,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from lightning_xpu.report import pipguard
-from lightning_xpu.report.model import FAIL, PASS, SKIP, Check, environment_tag
+from lightning_xpu.commands import pipguard
+from lightning_xpu.install_facts import environment_tag
+from lightning_xpu.validation.model import FAIL, PASS, SKIP, Check
 
 # lxpu_admin/install/tagfiles.py SETUP_HELPER_NAME: where every install writes the setup library's Python half.
 SETUP_HELPER_NAME = ".lightning-setup.lib.py"

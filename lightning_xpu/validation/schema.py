@@ -78,4 +78,4 @@ def check_report(data: Any) -> None:
     """Raise `SchemaError` unless `data` is a valid report."""
     problems = errors(data, load_schema())
     if problems:
-        raise SchemaError("report does not match lightning_xpu/report/schema.json: " + "; ".join(problems))
+        raise SchemaError("report does not match lightning_xpu/validation/schema.json: " + "; ".join(problems))

@@ -16,7 +16,7 @@ runs as a script (no lightning_xpu import: it must start in milliseconds and wor
   reads as the environment's own ("site") configuration, `--isolated` or not. What still escapes both
   (PIP_CONFIG_FILE=/dev/null with another PIP_CONSTRAINT, a uv run by its path without UV_CONSTRAINT) is caught
   at the next start: `lightning-xpu doctor` and the validation job list each installed version that differs from
-  its pin (lightning_xpu/report/pincheck.py).
+  its pin (lightning_xpu/validation/pincheck.py).
 - A package of the torch family (torchvision, torchaudio) asked for without this environment's build label
   (`+cpu`, `+xpu`) where torch has one: refused in one line naming the build to install and where it is (PyPI's
   unlabelled Linux builds are CUDA's and break a `+cpu` or `+xpu` torch: "operator torchvision::nms does not
@@ -47,12 +47,12 @@ CONSTRAINTS = Path("share") / "lightning-xpu" / "constraints.txt"
 TORCH_FAMILY = ("torchvision", "torchaudio")
 # pip reads <sys.prefix>/pip.conf as the environment's own configuration (pip's "site" configuration file).
 PIP_CONF = "pip.conf"
-_PIP_CONF_TEXT = """# {mark}: every pip install here is constrained by the pins (lightning_xpu/report/pipguard.py).
+_PIP_CONF_TEXT = """# {mark}: every pip install here is constrained by the pins (lightning_xpu/commands/pipguard.py).
 [install]
 constraint = {url}
 """
 _LAUNCHER = """#!/bin/sh
-# {mark}: {tool} of this environment, with one-line answers (lightning_xpu/report/pipguard.py).
+# {mark}: {tool} of this environment, with one-line answers (lightning_xpu/commands/pipguard.py).
 bin="$(dirname -- "$(realpath -- "$0")")"
 exec "$bin/python" "$bin/{guard}" {tool} "$@"
 """

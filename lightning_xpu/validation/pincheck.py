@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from lightning_xpu.report import pipguard
+from lightning_xpu.commands import pipguard
 
 # A Requires-Dist on one exact torch release, outside an extra.
 _EXACT_TORCH = re.compile(r"^torch\s*\(?\s*==\s*([^\s,;)]+)\s*\)?\s*(?:;(?!.*\bextra\b).*)?$")
@@ -121,8 +121,8 @@ def verdict(root: Path) -> tuple[bool, str]:
 
 
 def check_text() -> str:
-    """The validation checks' body: the pass line, CheckFailed or CheckSkipped (lightning_xpu/report/framework.py)."""
-    from lightning_xpu.report.framework import CheckFailed, CheckSkipped
+    """The validation checks' body: the pass line, CheckFailed or CheckSkipped (validation/framework.py)."""
+    from lightning_xpu.validation.framework import CheckFailed, CheckSkipped
 
     try:
         ok, line = verdict(environment_root())

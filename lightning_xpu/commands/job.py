@@ -3,8 +3,8 @@ the rank's threads, the training command, the launch with its output also in a l
 the Trainer used the device the job asked for. job.sh enters the submit directory and loads the environment first
 (that must happen in the job's shell), then runs
 
-  python -m lightning_xpu.report.job nodes      (prints the allocation's node count: LXPU_JOB_NODES)
-  python -m lightning_xpu.report.job launch RANKS_PER_NODE CORES_PER_RANK NODES NARGS ARGS... LAUNCHER...
+  python -m lightning_xpu.commands.job nodes      (prints the allocation's node count: LXPU_JOB_NODES)
+  python -m lightning_xpu.commands.job launch RANKS_PER_NODE CORES_PER_RANK NODES NARGS ARGS... LAUNCHER...
 
 (NARGS words of ARGS go to the training script). `... job check LOG` runs the device check alone. Messages go out
 as "<job name>: ..." (LXPU_JOB_NAME); a failure is one line on stderr and exit status 2.
@@ -20,9 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lightning_xpu.commands.allocation import job_stamp, node_count, submit_directory
 from lightning_xpu.environments.errors import LaunchError
-from lightning_xpu.report.allocation import job_stamp, node_count, submit_directory
-from lightning_xpu.report.model import environment_variant
+from lightning_xpu.install_facts import environment_variant
 
 # The line the Trainer's banner prints when the fit runs on an XPU (lightning_xpu/trainer.py);
 # tests/runtime/test_job_device_check.py checks it against the banner Lightning prints on a simulated XPU.
@@ -40,7 +40,7 @@ def say(message: str) -> None:
 
 def expected_device() -> str:
     """LIGHTNING_XPU_EXPECT, else cpu for a CPU build: the loaded install's variant, as the smoke level reads it
-    (lightning_xpu/report/model.py environment_variant; right for `module load lightning-xpu` whose default is a
+    (lightning_xpu/validation/model.py environment_variant; right for `module load lightning-xpu` whose default is a
     -cpu build); outside an install, a module or setup script whose name ends in -cpu. Else xpu."""
     expect = os.environ.get("LIGHTNING_XPU_EXPECT")
     if expect:
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
         if argv[:1] == ["launch"] and len(argv) >= 5 and all(word.isdigit() for word in argv[1:5]):
             ranks, cores, nodes, nargs = (int(word) for word in argv[1:5])
             return launch(ranks, cores, nodes, argv[5 : 5 + nargs], argv[5 + nargs :])
-        raise JobError("usage: python -m lightning_xpu.report.job launch RANKS CORES NODES NARGS ARGS... LAUNCHER..."
+        raise JobError("usage: python -m lightning_xpu.commands.job launch RANKS CORES NODES NARGS ARGS... LAUNCHER..."
                        " | nodes | check LOG (scripts/common/job.sh runs it)")
     except (JobError, LaunchError) as error:
         print(f"{os.environ.get('LXPU_JOB_NAME', 'job')}: {error}", file=sys.stderr)
