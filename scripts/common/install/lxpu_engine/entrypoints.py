@@ -46,10 +46,9 @@ def share_permissions(state: State, *paths: str, tree: bool = False, read_only: 
     READ_ONLY (a build about to be published): no write bit for anyone, its owner included, so that nothing writes
     into a published build by accident (lxpu_engine/filerecord.py records what it holds)."""
     group = state["shared_group"]
+    if read_only:  # the build made read-only before it is published: printed by the dry and the real run alike
+        say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}a-w: {quote(*paths)}")  # noqa: E501
     if state.dry:
-        if group or read_only:
-            chmod = "a-w" if read_only else "g-w,o-w"
-            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}{chmod}: {quote(*paths)}")  # noqa: E501
         return
     gid = grp.getgrnam(group).gr_gid if group else -1
     for top in paths:
