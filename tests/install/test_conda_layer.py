@@ -111,6 +111,21 @@ def test_install_builds_a_real_conda_prefix(conda_install: tuple[Path, h.JobResu
     h.assert_install_works(prefix, tmp_path)  # module load, the setup script, a toy fit
 
 
+def test_a_rerun_without_env_manager_keeps_the_conda_tag_conda(
+    conda_install: tuple[Path, h.JobResult], install_job: Path, source_repo: Path, channel: Path
+) -> None:
+    """Issue 28: the site's default is a venv; re-running the install of a conda tag without --env-manager used to
+    rebuild it as a venv. The published build's manifest says conda, so the re-run is the same install: a no-op."""
+    prefix, _ = conda_install
+    args = ["--source", str(source_repo), "--variant", "cpu", "--conda-channel", channel.as_uri(), *h.PIP_SOURCE]
+    again = h.run_job(install_job, *args, "--dry-run", prefix=prefix)
+    assert again.returncode == 0, again.output
+    assert f"environment: conda (the published {h.TAG}'s, from its manifest.json" in again.output, again.output
+    assert "already installed with these inputs" in again.output
+    switched = h.run_job(install_job, *args, "--env-manager", "venv", "--dry-run", prefix=prefix)
+    assert "environment: venv (--env-manager venv)" in switched.output, switched.output
+
+
 @pytest.fixture(scope="module")
 def locked(root: Path, channel: Path, python_version: str, tmp_path_factory) -> tuple[Path, Path]:
     lock = tmp_path_factory.mktemp("lock") / "conda.txt"

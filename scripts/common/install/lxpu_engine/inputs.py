@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import grp
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -111,6 +112,17 @@ def _executable(name: str) -> str:
     return path if path and os.access(path, os.X_OK) else ""
 
 
+def published_env_manager(state: State) -> str:
+    """The environment manager the tag's published build was made with (manifest.json), or "": a re-run without
+    --env-manager keeps a conda tag conda, whatever the site's default is."""
+    try:
+        with open(f"{state.prefix}/{state.tag}/manifest.json") as handle:
+            recorded = json.load(handle).get("env_manager", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return recorded if recorded in ("conda", "venv") else ""
+
+
 def validate_environment(state: State) -> None:
     """Environment manager and Python. The site's modules are loaded first (a dry run loads them too: it changes
     no file), so that a module can provide conda or Python; then the site's Python module, for a venv."""
@@ -139,7 +151,11 @@ def validate_environment(state: State) -> None:
             raise bad_input(state, f"--base-python {found} has torch {state.base_torch}, not PyTorch {data['version']}: run install_lightning_{minor}.sh with it, or pick a Python with torch {data['version']}")  # noqa: E501
         state.python = found
         return
-    if manager == "auto":
+    remembered = published_env_manager(state)
+    if manager == "auto" and remembered:
+        state.env_manager = remembered
+        state.env_why = f"the published {state.tag}'s, from its manifest.json (--env-manager changes it)"
+    elif manager == "auto":
         state.env_manager = "conda" if data["env_manager"] == "conda" else "venv"
         state.env_why = f"site {data['site']}'s default" + (
             " (py-rattler: no conda executable needed)" if state.env_manager == "conda" else ""
