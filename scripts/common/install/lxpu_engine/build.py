@@ -227,7 +227,8 @@ def enable_hook(state: State) -> None:
 def write_pins(state: State) -> None:
     """The environment's pins (lxpu_engine/pins.py: constraints.txt), which the module and setup script apply to
     every pip and uv install into the environment or a user layer."""
-    engine_on(state, state.env_python, "pins", "write", state["env"],
+    uv = ["--uv", state.installer.uv] if state.installer.kind == "uv" else []
+    engine_on(state, state.env_python, "pins", "write", state["env"], *uv,
               failure="writing the environment's pins (constraints.txt) failed (see above)")
 
 
