@@ -183,6 +183,30 @@ def simulate_cuda(setattr_: Callable[[Any, str, Any], None], devices: int = 2) -
             setattr_(module, "num_cuda_devices", lambda: devices)
 
 
+# Where Lightning decides MPS: MPSAccelerator.is_available, cached (lru_cache) in its fabric module.
+_LIGHTNING_MPS_MODULES = ("lightning.fabric.accelerators.mps", "lightning_fabric.accelerators.mps")
+
+
+def simulate_mps(setattr_: Callable[[Any, str, Any], None]) -> None:
+    """Make torch and Lightning see an Apple Silicon Mac's one MPS device: device queries only, nothing runs on MPS.
+
+    No kinder than a real Mac's torch: there `torch.backends.mps.is_available()` and `is_built()` are True,
+    `platform.processor()` is "arm", and neither CUDA nor XPU is available (as on this CPU build, left alone).
+    Lightning reads exactly those (lightning_fabric/accelerators/mps.py@2.6.6 `MPSAccelerator.is_available`:
+    `torch.backends.mps.is_available() and platform.processor() in ("arm", "arm64")`, cached by `lru_cache`,
+    which is cleared here) and counts one device (`auto_device_count`). `setattr_` as for `simulate_cuda`.
+    """
+    import platform
+
+    setattr_(torch.backends.mps, "is_available", lambda: True)
+    setattr_(torch.backends.mps, "is_built", lambda: True)
+    setattr_(platform, "processor", lambda: "arm")
+    for name in _LIGHTNING_MPS_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            module.MPSAccelerator.is_available.cache_clear()
+
+
 @pytest.fixture
 def simulated_cuda(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """Call it to make this process look like it has NVIDIA GPUs: `simulated_cuda(2)` (see `simulate_cuda`)."""

@@ -6,6 +6,8 @@
                          (changes nothing)
   verify                 whether each build still matches its file-hash record and is read-only
                          ([--prefix DIR] [TAG|BUILD ...]; changes nothing; exit 1 on a mismatch)
+  conda-channel          a local conda channel of the conda layer's packages, for an offline site
+                         (--site NAME --version X.Y DIR; lxpu_admin/install/conda_mirror.py)
   list, render, check, lock  the renderer (lxpu_admin/render; needs jinja2 and packaging)
 
 install/prune/rollback/uninstall take --site NAME and --version X.Y (the recipe: recipes/rendered/
@@ -27,7 +29,7 @@ from lxpu_admin.install.jobdata import CONTRACT, DATA_FILE, RENDER_AGAIN, JobDat
 PROG = "lightning-xpu-admin"
 ACTIONS = {"install": None, "prune": "--prune", "rollback": "--rollback", "uninstall": "--uninstall"}
 RENDERER = ("list", "render", "check", "lock")
-COMMANDS = (*ACTIONS, "status", "verify", *RENDERER)
+COMMANDS = (*ACTIONS, "status", "verify", "conda-channel", *RENDERER)
 
 
 def _error(message: str, prog: str = PROG) -> int:
@@ -106,6 +108,13 @@ def verify(argv: list[str]) -> int:
     return verify_main(argv)
 
 
+def conda_channel(argv: list[str]) -> int:
+    """A local conda channel for an offline site (lxpu_admin/install/conda_mirror.py)."""
+    from lxpu_admin.install.conda_mirror import main as mirror_main
+
+    return mirror_main(_source(), argv)
+
+
 def renderer(command: str, argv: list[str]) -> int:
     """The renderer's commands, from lxpu_admin/render (imported only here: it needs jinja2 and packaging)."""
     recipes = _source() / "recipes"
@@ -133,6 +142,7 @@ def main(argv: list[str]) -> int:
         **{name: (lambda args, name=name: install(name, args)) for name in ACTIONS},
         "status": status,
         "verify": verify,
+        "conda-channel": conda_channel,
         **{name: (lambda args, name=name: renderer(name, args)) for name in RENDERER},
     }
     if command not in handlers:

@@ -23,7 +23,9 @@ runs as a script (no lightning_xpu import: it must start in milliseconds and wor
   exist").
 - `pip install --user X`: a venv has no user site ("User site-packages are not visible in this virtualenv"): says
   what to type instead. (A conda environment keeps --user: PYTHONUSERBASE sends it to ~/.local/lightning-xpu.)
-- bin/uv runs the next `uv` on PATH (the user's own; uv is not part of the environment).
+- bin/uv runs the environment's pinned uv (the install's own, hash-checked, kept as libexec/lightning-xpu/uv:
+  PINNED_UV), in the environment and in every user layer over it; an environment without one (installed with
+  pip) runs the next `uv` on PATH (the user's own).
 Everything else is the tool's own output, unchanged.
 """
 
@@ -42,6 +44,8 @@ GUARD = ".lightning-xpu-guard.py"
 _MARK = "lightning-xpu guard"
 # Where the install writes the pins (lxpu_admin/envside/pins.py RELATIVE), under the environment.
 CONSTRAINTS = Path("share") / "lightning-xpu" / "constraints.txt"
+# Where the install keeps its pinned uv in the environment (lxpu_admin/envside/pins.py --uv).
+PINNED_UV = Path("libexec") / "lightning-xpu" / "uv"
 # The torch family: packages built against one torch build, labelled like it on PyTorch's indexes (recipes/matrix.toml
 # [variants.xpu] labelled; the cpu variant omits them because PyPI only has CUDA's builds).
 TORCH_FAMILY = ("torchvision", "torchaudio")
@@ -183,8 +187,11 @@ def pin_options(tool: str, constraints: Path) -> list[str]:
     return [word for file in dict.fromkeys(files) for word in ("--constraint", file)]
 
 
-def real_uv(bin_dir: Path) -> str | None:
-    """The next `uv` on PATH that is not a guard's launcher."""
+def real_uv(bin_dir: Path, root: Path) -> str | None:
+    """The environment ROOT's pinned uv, else the next `uv` on PATH that is not a guard's launcher."""
+    pinned = root / PINNED_UV
+    if pinned.is_file() and os.access(pinned, os.X_OK):
+        return str(pinned)
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(directory or ".") / "uv"
         if not (candidate.is_file() and os.access(candidate, os.X_OK)):
@@ -209,10 +216,10 @@ def main(argv: list[str]) -> int:
     root, is_layer = environment_of(bin_dir)
     constraints = root / CONSTRAINTS
     if tool == "uv":
-        found = real_uv(bin_dir)
+        found = real_uv(bin_dir, root)
         if found is None:
-            print(f"{_ME}: no uv on PATH ({bin_dir}/uv only passes commands on to one): install uv, or use pip",
-                  file=sys.stderr)
+            print(f"{_ME}: no uv here ({root} keeps none: it was installed with pip) and none on PATH: install uv, or "
+                  "use pip", file=sys.stderr)
             return 127
         command = [found, *argv]
         installs = _words(argv) in (["pip", "install"], ["pip", "sync"])

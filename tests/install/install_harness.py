@@ -540,16 +540,17 @@ def make_prebuilt_env(dest: Path, source: Path, base: str | None = None) -> Path
     return dest
 
 
-def laid_out_prefix(prefix: Path, source: Path = REPO) -> Path:
+def laid_out_prefix(prefix: Path, source: Path = REPO, uv: Path | None = None) -> Path:
     """PREFIX laid out as an install leaves it, over the prebuilt environment (no install job runs): the build under
     .envs, <prefix>/<tag> a link to it (a user layer belongs to a prefix and records its build), the pins and the
-    guard in front of its pip and uv (the install's hook step), the tag's modulefile and setup script and the shared
-    code. Returns the build."""
+    guard in front of its pip and uv (the install's hook step, which keeps the install's pinned UV in the build), the
+    tag's modulefile and setup script and the shared code. Returns the build."""
     from lxpu_admin.envside import pins
 
     root = make_prebuilt_env(prefix / ".envs" / f"{TAG}.20260101T000000-1", source)
     (prefix / TAG).symlink_to(f".envs/{root.name}")
-    assert pins.main(["write", str(root), "--python", str(root / "bin" / "python")]) == 0
+    kept_uv = ["--uv", str(uv)] if uv else []
+    assert pins.main(["write", str(root), "--python", str(root / "bin" / "python"), *kept_uv]) == 0
     write_tag_files(prefix)
     add_shared_code(prefix)
     return root

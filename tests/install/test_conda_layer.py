@@ -112,6 +112,21 @@ def test_install_builds_a_real_conda_prefix(conda_install: tuple[Path, h.JobResu
     h.assert_install_works(prefix, tmp_path)  # module load, the setup script, a toy fit
 
 
+def test_a_rerun_without_env_manager_keeps_the_conda_tag_conda(
+    conda_install: tuple[Path, h.JobResult], install_job: Path, source_repo: Path, channel: Path
+) -> None:
+    """Issue 28: the site's default is a venv; re-running the install of a conda tag without --env-manager used to
+    rebuild it as a venv. The published build's manifest says conda, so the re-run is the same install: a no-op."""
+    prefix, _ = conda_install
+    args = ["--source", str(source_repo), "--variant", "cpu", "--conda-channel", channel.as_uri(), *h.PIP_SOURCE]
+    again = h.run_job(install_job, *args, "--dry-run", prefix=prefix)
+    assert again.returncode == 0, again.output
+    assert f"environment: conda (the published {h.TAG}'s, from its manifest.json" in again.output, again.output
+    assert "already installed with these inputs" in again.output
+    switched = h.run_job(install_job, *args, "--env-manager", "venv", "--dry-run", prefix=prefix)
+    assert "environment: venv (--env-manager venv)" in switched.output, switched.output
+
+
 @pytest.fixture(scope="module")
 def locked(root: Path, channel: Path, python_version: str, tmp_path_factory) -> tuple[Path, Path]:
     lock = tmp_path_factory.mktemp("lock") / "conda.txt"
@@ -269,3 +284,59 @@ def test_py_rattler_comes_from_the_tool_cache_in_a_new_prefix(tmp_path: Path, mo
                                lines.append, tool_cache=cache)
     assert any(f"from the cache, {cache}/lightning-xpu-tools/py-rattler-" in line for line in lines), lines
     assert (tmp_path / "b" / "py-rattler" / "rattler").is_dir()
+
+
+def test_an_offline_site_installs_from_the_channel_lightning_xpu_admin_writes(
+    root: Path, channel: Path, python_version: str, tmp_path: Path
+) -> None:
+    """Issue 28: administrators had no documented way to build a local channel. `lightning-xpu-admin conda-channel`
+    writes one (here from the CI channel standing for conda-forge); the conda layer then installs from it alone,
+    and every package and index in it is readable by the site's other accounts."""
+    local = tmp_path / "local channel"
+    env = {**h.job_env(), "LIGHTNING_XPU_TOOLS_DIR": str(root / ".tools")}
+    done = subprocess.run(
+        [str(h.REPO / "bin" / "lightning-xpu-admin"), "conda-channel", "--site", h.SITE, "--version", h.VERSION,
+         "--variant", "cpu", "--conda-channel", channel.as_uri(), str(local)],
+        env=env, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].endswith(f"--env-manager conda --conda-channel {local.as_uri()}")
+    files = [path for path in local.rglob("*") if path.is_file()]
+    assert any(path.name == "repodata.json" for path in files) and all(p.stat().st_mode & 0o004 for p in files)
+    made = layer(root, "create", str(root / ".envs" / "from-local"), f"--python={python_version}",
+                 f"--channel={local.as_uri()}", env={**os.environ, "LIGHTNING_XPU_TOOLS_DIR": str(root / ".tools")})
+    assert made.returncode == 0, made.stderr
+    records = installed_records(root / ".envs" / "from-local")
+    assert {r["name"] for r in records.values()} >= {"python", "pip"}
+
+
+def test_an_unreachable_channel_names_the_offline_fix(root: Path, python_version: str, tmp_path: Path) -> None:
+    """The failure names --conda-channel and the command that writes a local channel, on one line."""
+    done = layer(root, "create", str(tmp_path / "env"), f"--python={python_version}",
+                 f"--channel={(tmp_path / 'no channel').as_uri()}",
+                 env={**os.environ, "LIGHTNING_XPU_TOOLS_DIR": str(root / ".tools")})  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "--conda-channel URL" in line and "lightning-xpu-admin conda-channel" in line, line
+
+
+def test_conda_pack_writes_an_image_readable_like_the_build(
+    root: Path, channel: Path, python_version: str, tmp_path: Path
+) -> None:
+    """Issue 28: conda-pack (installed the pip way the refusal names) wrote the image 0600, so other accounts'
+    jobs could not stage it; the pack step leaves it readable like the build."""
+    tools = tmp_path / "conda-pack venv"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
+    got = subprocess.run([str(tools / "bin" / "python"), "-m", "pip", "install", "--quiet", "conda-pack"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    env = root / ".envs" / "packed"
+    made = layer(root, "create", str(env), f"--python={python_version}", f"--channel={channel.as_uri()}",
+                 env={**os.environ, "LIGHTNING_XPU_TOOLS_DIR": str(root / ".tools")})  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    path = f"{tools / 'bin'}:{os.environ['PATH']}"
+    packed = subprocess.run([sys.executable, "-B", "-m", "lxpu_admin.envside.pack", "make", str(env), h.SITE, "packed"],
+                            env={**os.environ, "PYTHONPATH": str(ENGINE), "PATH": path, "LIGHTNING_XPU_PACK": "1"},
+                            capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    image = next((env / "share" / "lightning-xpu" / "pack").glob("env.tar.gz"))
+    assert image.stat().st_mode & 0o777 == 0o644, oct(image.stat().st_mode)

@@ -65,6 +65,7 @@ def test_status_names_each_published_tag_and_its_builds(tmp_path: Path) -> None:
     for build in ("t.1", "t.2", "u.1"):
         (prefix / ".envs" / build).mkdir(parents=True)
     os.symlink(".envs/t.2", prefix / "t")
+    os.symlink("t.1", prefix / ".envs" / "t.previous")  # the rollback link names a build; it is not one
     done = _admin("status", "--prefix", str(prefix))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "t -> .envs/t.2 (2 builds kept)\n"

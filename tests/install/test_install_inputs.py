@@ -6,6 +6,7 @@ All cheap: nothing here builds an environment (the conda test stops at the packa
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -174,6 +175,34 @@ def test_dry_run_prints_every_step_and_creates_nothing(
     assert "cannot statx" not in result.output and "No such file" not in result.output  # the prefix is new
     assert "no packed image" not in result.output  # issue 20: the dry run predicted a failure the run never has
     assert not prefix.exists(), "--dry-run created the prefix"
+
+
+def _commands_by_step(text: str, prefix: Path) -> list[tuple[str, str]]:
+    """(step title, command line) for every `+ ` line, with what differs between two runs made neutral: the
+    prefix, the build id and the run's pid in temporary names."""
+    step, found = "", []
+    for line in text.splitlines():
+        if re.match(r"\[\d+/\d+\] .* \.\.\.$", line):
+            step = line
+        elif line.startswith("+ "):
+            for shown in (str(prefix).replace(" ", "\\ "), str(prefix)):
+                line = line.replace(shown, "PREFIX")
+            line = re.sub(r"\d{8}T\d{6}-\d+", "BUILD", line)
+            found.append((step, re.sub(r"\.tmp\.([^.]+\.[^.]+)\.\d+\.", r".tmp.\1.PID.", line)))
+    return found
+
+
+def test_the_dry_run_prints_the_commands_of_the_real_run(
+    install_job: Path, good_install: h.GoodInstall, tmp_path: Path
+) -> None:
+    """Issue 28: a dry run printed commands the real run never printed (the build tools it found in the
+    environment, the manifest writer, the image's writer, the tag's files, the read-only build) and missed others:
+    the same job, source and options on a new prefix print the same steps and commands as the first install."""
+    prefix = tmp_path / good_install.prefix.name
+    dry = h.run_job(install_job, "--source", str(good_install.source), *h.PIP_SOURCE, "--dry-run", prefix=prefix)
+    assert dry.returncode == 0, dry.output
+    real = _commands_by_step(good_install.log.read_text(), good_install.prefix)
+    assert real and _commands_by_step(dry.output, prefix) == real
 
 
 def test_dry_run_on_an_install_changes_nothing(install_job: Path, good_prefix: Path, tmp_path: Path) -> None:

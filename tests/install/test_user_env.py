@@ -54,15 +54,16 @@ def _uv(install: h.GoodInstall, work: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
+def world(tmp_path_factory: pytest.TempPathFactory, good_install: h.GoodInstall) -> dict[str, Path | str]:
     work = tmp_path_factory.mktemp("userenv")
+    uv = Path(_uv(good_install, work))  # the install's pinned uv, kept in each build as the install keeps it
     tag = h.TAG
     # A shared install (made read-only below) and a user's own, writable one (for installs into the environment
     # itself: uv takes a lock file in the environment it installs into, even for a dry run).
     prefix, own = work / "shared prefix", work / "own prefix"
     for place in (prefix, own):
         place.mkdir()
-        h.laid_out_prefix(place)
+        h.laid_out_prefix(place, uv=uv)
     wheels = work / "wheels"
     wheels.mkdir()
     _wheel(wheels, "lxpu-demo", "1.0")
@@ -104,7 +105,6 @@ def test_user_layer_over_a_read_only_environment(
     home.mkdir()
     load = h.load_line(entry, prefix, tag)
     find = f"--no-index --find-links {shlex.quote(str(wheels))}"
-    uv = _uv(good_install, Path(world["work"]))
 
     def refused(name: str, command: str) -> str:
         return f"{command} {find} >{name}.out 2>{name}.err; echo {name} $?"
@@ -141,8 +141,9 @@ python -c 'import lxpu_demo, lightning_xpu, torch, lightning; print("imports", l
 {in_layer}
 """
     before = _listing(Path(world["root"]))
-    # The user's own uv on PATH (the environment's bin/uv passes commands on to it).
-    env = {"HOME": str(home), "PATH": f"{Path(uv).parent}:/usr/local/bin:/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull,
+    # No uv of the user's on PATH: `uv pip install` runs the build's pinned uv, in the environment and in the layer.
+    assert not any(Path(d, "uv").exists() for d in ("/usr/local/bin", "/usr/bin", "/bin"))
+    env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "PIP_CONFIG_FILE": os.devnull,
            "UV_CACHE_DIR": str(home / "uv-cache"), "UV_NO_CONFIG": "1"}
     done = subprocess.run(["bash", "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=300,
                           check=False)
@@ -179,6 +180,10 @@ def test_the_install_writes_the_pins_of_what_it_installed(good_install: h.GoodIn
     the guard in front of the environment's pip and uv (the refusals themselves: the test above)."""
     bin_dir = good_install.prefix / h.TAG / "bin"
     assert all("lightning-xpu guard" in (bin_dir / name).read_text() for name in ("pip", "pip3", "uv"))
+    # The install's pinned uv stays in the build, for the guard's uv (lightning_xpu/commands/pipguard.py PINNED_UV).
+    kept = good_install.prefix / h.TAG / "libexec" / "lightning-xpu" / "uv"
+    version = subprocess.run([str(kept), "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    assert f"uv=={version}" in (REPO / "recipes" / "tools" / "install-tools.txt").read_text()
     written = pins.read_constraints(good_install.prefix / h.TAG / pins.RELATIVE)
     installed = {pins.norm(p["name"]): p["version"] for p in good_install.manifest["packages"]}
     assert {"torch", "lightning", "pytorch-lightning", "lightning-fabric"} <= written.keys()

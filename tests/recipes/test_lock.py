@@ -83,6 +83,34 @@ def test_lock_reports_an_unreachable_source_and_writes_nothing(temp_recipes: Pat
     assert lock.read_text() == before
 
 
+def _index_with_unlabelled_torch(root: Path, version: str) -> str:
+    """A file:// PEP 503 index whose torch page lists one unlabelled wheel (PyPI's kind of build)."""
+    page = root / "simple" / "torch" / "index.html"
+    page.parent.mkdir(parents=True)
+    wheel = f"torch-{version}-cp{VERSION.python.replace('.', '')}-none-manylinux_2_28_x86_64.whl"
+    page.write_text(f'<a href="{wheel}#sha256={"0" * 64}">{wheel}</a>\n')
+    return (root / "simple").as_uri()
+
+
+def test_lock_names_an_unreachable_pytorch_index_instead_of_its_builds(temp_recipes: Path, tmp_path: Path) -> None:
+    """The PyTorch index down and PyPI up: pip lists PyPI's unlabelled torch, and the lock used to report the
+    PyTorch index's builds as "none"; it names the index that does not answer and the override instead."""
+    require(shutil.which(f"python{VERSION.python}") is not None, f"python{VERSION.python}")
+    variant = VERSION.variants[VARIANT]
+    require(bool(variant.label), "a labelled variant is locked")
+    matrix = temp_recipes / "recipes/matrix.toml"
+    down = f"http://127.0.0.1:{_closed_port()}/whl"
+    up = _index_with_unlabelled_torch(tmp_path / "pypi", VERSION.torch)
+    for i, source in enumerate(variant.sources):
+        edit(matrix, f'url = "{source.url}"', f'url = "{down if i == 0 else up}"')
+    done = run_render("lock", "--torch", MINOR, "--variant", VARIANT, "--timeout", "3", repo=temp_recipes)
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = done.stdout.splitlines()[0]
+    assert f"the index {down} is unreachable (" in line, line
+    assert line.endswith("--pip-source system (this machine's pip configuration)"), line
+    assert "builds: none" not in line
+
+
 def test_lock_from_the_system_source_skips_unlabelled_builds(temp_recipes: Path) -> None:
     minor, variant = next(
         (v.minor, name) for v in LOADED.matrix.versions.values() for name, var in v.variants.items() if not var.label

@@ -1,10 +1,11 @@
 """What Lightning's connectors choose over a grid of arguments, printed as JSON (run by test_equivalence.py).
 
-Usage: python _equivalence_probe.py NAMESPACE:SIZE... (NAMESPACE: lightning|standalone; SIZE: full|launch)
+Usage: python _equivalence_probe.py NAMESPACE:SIZE... (NAMESPACE: lightning|standalone; SIZE: full|launch|mps)
 
 Run in a fresh process per side: the parent sets `LIGHTNING_XPU_DISABLE=1` for the unpatched side and the launch
 environment variables (none, torchrun, srun). Both sides import lightning_xpu, so the disabled side shows that the
-switch really turns everything off. No XPU here; CUDA is simulated on part of the grid (`simulate_cuda`).
+switch really turns everything off. No XPU here; CUDA is simulated on part of the grid (`simulate_cuda`); SIZE `mps`
+simulates an Apple Silicon Mac instead (`simulate_mps`; run it in a process of its own: the simulation stays).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from lightning_grid import QUIET
 
 import lightning_xpu  # noqa: F401  (patches the namespaces imported below unless disabled)
 from lightning_xpu._namespaces import LIGHTNING, STANDALONE
-from tests.conftest import simulate_cuda
+from tests.conftest import simulate_cuda, simulate_mps
 
 NAMESPACES = {"lightning": (LIGHTNING.pytorch, LIGHTNING.fabric), "standalone": (STANDALONE.pytorch, STANDALONE.fabric)}
 
@@ -38,6 +39,8 @@ def grid(size: str) -> list[dict[str, Any]]:
     "full" crosses every argument above; "launch" (for the torchrun/srun environments, where what matters is how
     devices, nodes and strategy meet the launcher) keeps device counts and string strategies only.
     """
+    if size == "mps":
+        return _mps_grid()
     devices, strategies = (DEVICES, STRATEGIES) if size == "full" else (("auto", 1, 2), STRATEGIES[:4])
     points = [
         {"accelerator": a, "devices": d, "strategy": s}
@@ -49,6 +52,21 @@ def grid(size: str) -> list[dict[str, Any]]:
             for a, d, s, p in itertools.product(ACCELERATORS, ("auto", 1), ("auto", "ddp", "fsdp"), PRECISIONS)
         ]
     return points + [{"accelerator": a, "devices": 2, "num_nodes": 2} for a in ACCELERATORS]
+
+
+MPS_ACCELERATORS = ("auto", "cpu", "gpu", "mps")
+
+
+def _mps_grid() -> list[dict[str, Any]]:
+    """On a Mac: every accelerator name that can mean MPS, with device counts, string strategies and precisions."""
+    points = [
+        {"accelerator": a, "devices": d, "strategy": s}
+        for a, d, s in itertools.product(MPS_ACCELERATORS, ("auto", 1, 2, -1, [0], "0"), STRATEGIES[:4])
+    ]
+    points += [
+        {"accelerator": a, "devices": 1, "precision": p} for a, p in itertools.product(MPS_ACCELERATORS, PRECISIONS)
+    ]
+    return points + [{"accelerator": a, "devices": 1, "num_nodes": 2} for a in MPS_ACCELERATORS]
 
 
 def _strategy(spec: str, package: str) -> Any:
@@ -138,8 +156,10 @@ def _evaluate_namespace(namespace: str, size: str, records: _Records) -> dict[st
         logging.getLogger(name).setLevel(logging.INFO)
     registry = importlib.import_module(f"{pytorch}.accelerators").AcceleratorRegistry
     out: dict[str, Any] = {"xpu_registered": "xpu" in registry, "points": []}
-    for cuda_devices in (0, 2):
+    for cuda_devices in (0,) if size == "mps" else (0, 2):
         simulate_cuda(setattr, cuda_devices)
+        if size == "mps":
+            simulate_mps(setattr)
         for point in grid(size):
             for api, package in (("trainer", pytorch), ("fabric", fabric)):
                 label = json.dumps({"api": api, "cuda_devices": cuda_devices, **point}, sort_keys=True)

@@ -147,7 +147,8 @@ def refusal(env: Path) -> str:
     if (env / "conda-meta").is_dir():
         if shutil.which("conda-pack"):
             return ""
-        return "a conda environment is packed with conda-pack, which is not on PATH (conda install conda-pack)"
+        return ("a conda environment is packed with conda-pack, which is not on PATH (pip install conda-pack, in any "
+                "Python whose bin/ is on PATH, or conda install conda-pack)")
     if not (env / "pyvenv.cfg").is_file():
         return f"only venvs (python -m venv, uv venv) and conda environments can be packed; {env} is neither"
     # A .pth file naming the environment's own path would break in the copy.
@@ -335,6 +336,8 @@ class Packer:
                 raise DiskFull(str(self.dir), done.stdout, FULL_IMAGE_DIR)
             self.give_up("conda-pack failed (see above)")
             return
+        # conda-pack writes its archive through a private temporary file (mode 0600): readable like the build.
+        (self.dir / "env.tar.gz").chmod(0o644)
         self.format, self.unpacked_bytes = "tar.gz", tree_bytes(self.env)
         self.finish(base_staged=False, note="conda environment: conda-pack's conda-unpack fixes its prefix")
 

@@ -31,6 +31,7 @@ import argparse
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,8 +132,10 @@ json.dump([spec.origin if spec else None, u.find_spec("pip") is not None, "%d.%d
 """
 
 
-def install_guards(env: Path, python: Path) -> list[Path]:
-    """Write the guard's launchers into <env>/bin: pip, pip3, pipX.Y (where the environment has pip) and uv."""
+def install_guards(env: Path, python: Path, uv: Path | None = None) -> list[Path]:
+    """Write the guard's launchers into <env>/bin: pip, pip3, pipX.Y (where the environment has pip) and uv; with
+    UV (the install's pinned, hash-checked uv), a copy of it where the guard's uv looks first (pipguard.PINNED_UV),
+    so that `uv pip install` works in the environment and its user layers without a uv of the user's."""
     done = subprocess.run([str(python), "-s", "-c", _GUARD_FACTS], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{python} could not look for lightning_xpu: {done.stderr.strip()[-300:]}")
@@ -147,6 +150,11 @@ def install_guards(env: Path, python: Path) -> list[Path]:
     spec.loader.exec_module(guard)
     pips = ("pip", "pip3", f"pip{version}") if has_pip else ()
     written: list[Path] = guard.install(env / "bin", (*pips, "uv"))
+    if uv is not None:
+        kept = env / guard.PINNED_UV
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(uv, kept)
+        kept.chmod(0o755)
     return written
 
 
@@ -169,15 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     write.add_argument("env", type=Path)
     write.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="the environment's interpreter (default: this one)")
+    write.add_argument("--uv", type=Path, help="the install's pinned uv, kept in ENV for the guard's uv")
     args = parser.parse_args(argv)
     try:
         path = write_constraints(args.env, args.python)
-        guards = install_guards(args.env, args.python)
+        guards = install_guards(args.env, args.python, args.uv)
     except (OSError, RuntimeError) as exc:
         print(f"lxpu_admin.envside.pins: error: {exc}", file=sys.stderr)
         return 1
     tools = " ".join(p.name for p in guards)
-    print(f"+ wrote {path} ({len(read_constraints(path))} pins), the guard of {tools} and {args.env / 'pip.conf'}")
+    kept = f", the pinned {args.uv.name}" if args.uv else ""
+    print(f"wrote {path} ({len(read_constraints(path))} pins), the guard of {tools}{kept} and {args.env / 'pip.conf'}")
     return 0
 
 

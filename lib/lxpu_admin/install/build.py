@@ -165,7 +165,8 @@ def install_runtime(state: State) -> None:
         'v = tuple(int(x) for x in m.version("setuptools").split(".")[:2])\n'
         'sys.exit(0 if v >= (70, 1) or u.find_spec("wheel") else 1)'
     )
-    if state.dry or subprocess.run([state.env_python, "-c", has_tools], capture_output=True, check=False).returncode:
+    if not (_lock_brings_build_tools(state) if state.dry else subprocess.run(
+            [state.env_python, "-c", has_tools], capture_output=True, check=False).returncode == 0):
         say("(setuptools >= 70.1, or setuptools with wheel, is needed to build the wheel: the recipe's pinned build "
             "tools)")
         install_build_tools(state)
@@ -181,6 +182,17 @@ def install_runtime(state: State) -> None:
     # `pip check` proves it. Resolving them again here could replace the base Python's torch (uv does not see
     # packages reached through the base venv's .pth file) with another build from the indexes.
     state.installer.install("--no-deps", built[0])
+
+
+def _lock_brings_build_tools(state: State) -> bool:
+    """What the real run's check of the environment will find, read from the lock the packages step installs
+    (setuptools >= 70.1, or wheel): the dry run then prints the same commands as the real one."""
+    if not state.lock_path:
+        return False
+    with open(state.lock_path) as handle:
+        pinned = dict(line.split()[0].split("==", 1) for line in handle if re.match(r"[A-Za-z0-9][^ ]*==", line))
+    setuptools = re.match(r"(\d+)\.(\d+)", pinned.get("setuptools", ""))
+    return "wheel" in pinned or bool(setuptools and (int(setuptools[1]), int(setuptools[2])) >= (70, 1))
 
 
 def install_build_tools(state: State) -> None:
@@ -220,7 +232,8 @@ def enable_hook(state: State) -> None:
 def write_pins(state: State) -> None:
     """The environment's pins (lxpu_admin/envside/pins.py: constraints.txt), which the module and setup script apply to
     every pip and uv install into the environment or a user layer."""
-    engine_on(state, state.env_python, "envside.pins", "write", state.env,
+    uv = ["--uv", state.installer.uv] if state.installer.kind == "uv" else []
+    engine_on(state, state.env_python, "envside.pins", "write", state.env, *uv,
               failure="writing the environment's pins (constraints.txt) failed (see above)")
 
 
@@ -305,10 +318,10 @@ class Packer:
         self.reader.start()
 
     def finish(self, state: State) -> None:
+        # Printed here by both runs (the real one started it before the smoke job): the same step list.
+        argv = engine_command(state.env_python, "envside.pack", "make", state.env, state.data["site"], state.tag)[0]
+        say(f"+ {quote(*argv)} (during the smoke job)")
         if state.dry:
-            site = state.data["site"]
-            argv = engine_command(state.env_python, "envside.pack", "make", state.env, site, state.tag)[0]
-            say(f"+ {quote(*argv)} (during the smoke job)")
             return
         assert self.child is not None and self.reader is not None
         status = self.child.wait()
@@ -360,13 +373,12 @@ def smoke_failures(path: str) -> str:
 
 def write_manifest(state: State) -> None:
     say(f"+ write {quote(state.env + '/manifest.json')}")
-    if state.dry:
-        return
-    with open(f"{share(state)}/steps.tsv", "w") as handle:
-        handle.write("".join(f"{line}\n" for line in state.timings))
-    if state.log:
-        sys.stdout.flush()
-        shutil.copy(state.log, f"{share(state)}/install.log")
+    if not state.dry:
+        with open(f"{share(state)}/steps.tsv", "w") as handle:
+            handle.write("".join(f"{line}\n" for line in state.timings))
+        if state.log:
+            sys.stdout.flush()
+            shutil.copy(state.log, f"{share(state)}/install.log")
     data, installer = state.data, state.installer
     args = {
         "tag": state.tag, "torch": data["version"], "site": data["site"], "variant": state.variant,

@@ -40,6 +40,9 @@ from lxpu_admin.install.space import disk_full_reason, free_bytes, is_disk_full
 TOOLS_LOCK = paths.RECIPES / "tools" / "conda-tools.txt"
 RECORD = Path("conda-meta") / "lightning-xpu-explicit.txt"
 EXPLICIT = "@EXPLICIT"
+# The fix a channel that cannot be reached gets: a mirror, or a local channel (lxpu_admin/install/conda_mirror.py).
+OFFLINE_FIX = ("offline, pass a mirror or a local channel with --conda-channel URL (`lightning-xpu-admin "
+               "conda-channel` writes one where the channels are reachable)")
 
 
 class CondaLayerError(Exception):
@@ -138,7 +141,7 @@ def fetch_verified(url: str, digest: str, cache: Path) -> Path:
             part.unlink(missing_ok=True)
             if is_disk_full(error):
                 raise CondaLayerError(f"cannot keep {name}: {disk_full_reason(str(cache), error)}") from None
-            raise CondaLayerError(f"cannot download {url} ({error}): check the conda channel or mirror") from None
+            raise CondaLayerError(f"cannot download {url} ({error}): check the conda channel; {OFFLINE_FIX}") from None
         actual = _sha256(part)
         if actual != digest:
             part.unlink(missing_ok=True)
@@ -207,7 +210,8 @@ def run_worker(python: str, command: str, request: dict, scratch: Path) -> dict:
             places = [request[key] for key in ("target", "cache") if key in request] or [str(scratch)]
             where = min(places, key=lambda path: free_bytes(path)[0])
             raise CondaLayerError(f"py-rattler {command} failed: {disk_full_reason(where, result['error'])}")
-        raise CondaLayerError(f"py-rattler {command} failed: {result['error']}: check the conda channels ({command})")
+        error = result["error"]
+        raise CondaLayerError(f"py-rattler {command} failed: {error}: check the conda channels; {OFFLINE_FIX}")
     return result
 
 

@@ -6,6 +6,7 @@ result (a JSON file) out, then os._exit: py-rattler 0.28 crashes at interpreter 
   solve REQUEST RESULT     channels + specs -> the records (url, sha256, file name) of the solution
   install REQUEST RESULT   verified local package files -> installed into a prefix (no solve), every file copied
                            (or reflinked) from rattler's cache, never hard-linked
+  index REQUEST RESULT     a directory of packages in <subdir>/ -> its repodata.json files (a local channel)
 """
 
 from __future__ import annotations
@@ -66,11 +67,18 @@ def _install(request: dict) -> dict:
     return {"installed": len(request["packages"])}
 
 
+def _index(request: dict) -> dict:
+    from rattler.index import index_fs
+
+    asyncio.run(index_fs(request["channel"], write_zst=False, write_shards=False))
+    return {}
+
+
 def main(argv: list[str]) -> None:
     command, request_path, result_path = argv
     try:
         request = json.loads(open(request_path, encoding="utf-8").read())
-        result = {"solve": _solve, "install": _install}[command](request)
+        result = {"solve": _solve, "install": _install, "index": _index}[command](request)
         result["ok"] = True
     except Exception as error:
         result = {

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from lxpu_admin.install.moduledefault import newest_xpu_tag, shown_tags, with_default
 from lxpu_admin.install.state import State, fail, quote, say, warn
 from lxpu_admin.install.tagfiles import (
     MODULE_DIR,
@@ -48,11 +49,10 @@ def share_permissions(state: State, *paths: str, tree: bool = False, read_only: 
     READ_ONLY (a build about to be published): no write bit for anyone, its owner included, so that nothing writes
     into a published build by accident (lxpu_admin/envside/filerecord.py records what it holds)."""
     group = state.shared_group
+    if read_only:  # the build made read-only before it is published: printed by the dry and the real run alike
+        say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} {'g+rX,' if group else ''}a-w: "
+            f"{quote(*paths)}")
     if state.dry:
-        if group or read_only:
-            chmod = "a-w" if read_only else "g-w,o-w"
-            say(f"+ {f'chgrp {group} and ' if group else ''}chmod {'-R' if tree else '--'} "
-                f"{'g+rX,' if group else ''}{chmod}: {quote(*paths)}")
         return
     gid = grp.getgrnam(group).gr_gid if group else -1
     for top in paths:
@@ -85,16 +85,39 @@ def set_modulefile_hidden(state: State, hidden: bool) -> None:
     silently and leaves every variable the load set."""
     path = f"{state.prefix}/{MODULE_DIR}/.modulerc.lua"
     line = f'hide_version("lightning-xpu/{state.tag}")'
+    lines = _modulerc_lines(path)
+    wanted = [other for other in lines if other != line] + ([line] if hidden else [])
+    if wanted != lines:
+        say(f"+ {'hide' if hidden else 'show'} lightning-xpu/{state.tag} in {quote(path)}")
+    _write_modulerc(state, path, lines, _default_marked(state, path, wanted))
+
+
+def set_module_default(state: State, published: str = "") -> None:
+    """Mark the newest shown xpu tag (with PUBLISHED, whose modulefile is being written) as the default of a bare
+    `module load lightning-xpu` (lxpu_admin/install/moduledefault.py)."""
+    path = f"{state.prefix}/{MODULE_DIR}/.modulerc.lua"
+    lines = _modulerc_lines(path)
+    _write_modulerc(state, path, lines, _default_marked(state, path, lines, published))
+
+
+def _modulerc_lines(path: str) -> list[str]:
     try:
         with open(path) as handle:
-            lines = handle.read().splitlines()
+            return handle.read().splitlines()
     except FileNotFoundError:
-        lines = []
-    wanted = [other for other in lines if other != line] + ([line] if hidden else [])
-    if wanted == lines:
-        return
-    say(f"+ {'hide' if hidden else 'show'} lightning-xpu/{state.tag} in {quote(path)}")
-    if state.dry:
+        return []
+
+
+def _default_marked(state: State, path: str, lines: list[str], published: str = "") -> list[str]:
+    tag = newest_xpu_tag(shown_tags(Path(state.prefix, MODULE_DIR), lines, published))
+    marked = with_default(lines, tag)
+    if marked != lines:
+        say(f"+ default of a bare module load: {f'lightning-xpu/{tag}' if tag else 'Lmod picks'} in {quote(path)}")
+    return marked
+
+
+def _write_modulerc(state: State, path: str, lines: list[str], wanted: list[str]) -> None:
+    if wanted == lines or state.dry:
         return
     if wanted:
         write_atomic(Path(path), "".join(f"{other}\n" for other in wanted), 0o644)
@@ -110,9 +133,10 @@ def write_entry_points(state: State) -> None:
         say(f"+ write {quote(target)}")
         if not state.dry:
             write_atomic(Path(target), Path(source).read_text(), 0o644)
+    for path in (setup, modulefile, f"{state.prefix}/validate_lightning.sh"):
+        say(f"+ write {quote(path)}")
     if state.dry:
-        for path in (setup, modulefile, f"{state.prefix}/validate_lightning.sh"):
-            say(f"+ write {quote(path)}")
+        set_module_default(state, state.tag)
         return
     try:
         write_tag_files(Path(state.prefix), TagData.from_mapping(state.variant_data))
@@ -122,6 +146,7 @@ def write_entry_points(state: State) -> None:
         job = write_site_validation_job(Path(state.prefix), state.data["validation"])
     except (OSError, ValueError) as exc:
         raise fail(state, f"could not write {state.prefix}/validate_lightning.sh: {exc}") from None
+    set_module_default(state, state.tag)
     share_permissions(state, f"{state.prefix}/modulefiles", tree=True)
     share_permissions(state, setup, f"{state.prefix}/{SETUP_LIBRARY_NAME}",
                       f"{state.prefix}/{SETUP_HELPER_NAME}", state.envs,

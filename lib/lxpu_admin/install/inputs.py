@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import grp
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -105,6 +106,17 @@ def _executable(name: str) -> str:
     return path if path and os.access(path, os.X_OK) else ""
 
 
+def published_env_manager(state: State) -> str:
+    """The environment manager the tag's published build was made with (manifest.json), or "": a re-run without
+    --env-manager keeps a conda tag conda, whatever the site's default is."""
+    try:
+        with open(f"{state.prefix}/{state.tag}/manifest.json") as handle:
+            recorded = json.load(handle).get("env_manager", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return recorded if recorded in ("conda", "venv") else ""
+
+
 def validate_environment(state: State) -> None:
     """Environment manager and Python. The site's modules are loaded first (a dry run loads them too: it changes
     no file), so that a module can provide conda or Python; then the site's Python module, for a venv."""
@@ -138,7 +150,11 @@ def validate_environment(state: State) -> None:
                                    f"with torch {data['version']}")
         state.python = found
         return
-    if manager == "auto":
+    remembered = published_env_manager(state)
+    if manager == "auto" and remembered:
+        state.env_manager = remembered
+        state.env_why = f"the published {state.tag}'s, from its manifest.json (--env-manager changes it)"
+    elif manager == "auto":
         state.env_manager = "conda" if data["env_manager"] == "conda" else "venv"
         state.env_why = f"site {data['site']}'s default" + (
             " (py-rattler: no conda executable needed)" if state.env_manager == "conda" else ""

@@ -131,7 +131,7 @@ class Installer:
         self.uv = f"{self.uv_dir}/bin/uv"
         if state.dry:
             argv = toolcache.download_argv(self.uv_python, f"{self.uv_dir}.wheels", state.pip_options, lock)
-            say(f"+ {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into {quote(self.uv_dir)}")
+            say(f"installer: + {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into {quote(self.uv_dir)}")  # noqa: E501
         elif not self._provide(lock):
             return self.setup()
         self.why = self.why or "default"

@@ -126,10 +126,17 @@ def release_line(lease: Lease) -> str:
     return f"release: {shell}; processes started from it (nohup, background jobs) hold it until they end"
 
 
+def kept_builds(envs: Path) -> list[str]:
+    """The build directories in .envs: <tag>.previous is a link to one of them (the rollback), not a build."""
+    if not envs.is_dir():
+        return []
+    return sorted(p.name for p in envs.iterdir() if p.is_dir() and not p.is_symlink())
+
+
 def report(prefix: Path) -> list[str]:
     """The status lines of a prefix."""
     envs = prefix / ".envs"
-    kept = sorted(p.name for p in envs.iterdir() if p.is_dir()) if envs.is_dir() else []
+    kept = kept_builds(envs)
     links = {p.name: os.readlink(p) for p in prefix.iterdir()
              if p.is_symlink() and os.readlink(p).startswith(".envs/")}
     leases, stale = live_leases(prefix)

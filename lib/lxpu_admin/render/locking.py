@@ -19,6 +19,7 @@ from packaging.version import Version as PepVersion
 from .. import lockbind
 from .errors import RecipeError
 from .matrix import Variant, Version
+from .reach import unreachable_index_line
 from .recipes import Recipes
 
 _LOCK_NAME = re.compile(r"^(?P<minor>[0-9]+\.[0-9]+)-(?P<variant>[a-z]+)\.txt$")
@@ -212,6 +213,15 @@ def _sources(variant: Variant, pip_source: str) -> tuple[list[str], str]:
     return options, "the recipe's sources: " + " ".join(urls)
 
 
+def _stop_if_unreachable(variant: Variant, request: LockRequest) -> None:
+    """RecipeError naming the recipe's index that does not answer: pip lists the other indexes' torch builds
+    and would otherwise report the missing build as "its cpu builds: none"."""
+    if request.pip_source == "recipe":
+        why = unreachable_index_line([source.url for source in variant.sources], request.timeout)
+        if why:
+            raise RecipeError(why)
+
+
 def _lock_one(
     recipes: Recipes, version: Version, variant: Variant, request: LockRequest, torches: _TorchVersions
 ) -> str:
@@ -227,6 +237,7 @@ def _lock_one(
         torch = pin.requirement(variant.label).split("==", 1)[1]
         offered = torches.offered(version.python, options)
         if torch not in offered:
+            _stop_if_unreachable(variant, request)
             same_build = [v for v in offered if PepVersion(v).local == (variant.label or None)]
             raise RecipeError(
                 f"no torch {torch} there (its {variant.label or 'unlabelled'} builds: "
