@@ -74,7 +74,9 @@ class Combination:
         return what + (f", launcher {self.launcher}" if self.launcher else "")
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
-        return {**base, **dict(self.changes)}
+        """The ranks' environment: `base`, this combination's changes, and oneCCL's info log unless a level is set
+        (given before the ranks start: oneCCL may read it as its library loads, before the worker runs)."""
+        return {"CCL_LOG_LEVEL": "info", **base, **dict(self.changes)}
 
 
 def combinations(environ: dict[str, str], launchers: tuple[str, ...]) -> list[Combination]:

@@ -8,7 +8,8 @@ unverified, docs/xpu-guide.md "What no source settles"):
 - every rank: `process launcher: <hydra|torchrun|pmix|none>, local_proc_idx: <i>, local_proc_count: <n>`
   (src/common/global/global.cpp `set_local_coord`), or, without a place from the launcher, the warning
   `could not get local_idx/count from environment variables, trying to get them from ATL` (same file);
-- rank 0 only (src/common/env/env.cpp `env_data::print`): `library version: <v>`, `CCL_ATL_TRANSPORT: <ofi|mpi>`,
+- rank 0 only (src/common/env/env.cpp `env_data::print`): `library version: <v>` (CMakeLists.txt
+  `CCL_PRODUCT_FULL`: `Gold-2021.14.0 <build date> <vcs info>`), `CCL_ATL_TRANSPORT: <ofi|mpi>`,
   `CCL_KVS_MODE: <pmi|mpi>` (names: src/atl/atl_def.h `kvs_mode_names`), `CCL_PROCESS_LAUNCHER: <name>`,
   `CCL_LOCAL_RANK: <n|<not specified>>`, `CCL_LOCAL_SIZE: ...`, `CCL_MPI_LIBRARY_PATH: <path|<not specified>>`;
 - with ATL mpi, rank 0 of the world: a block `atl-mpi:` `{` ... `  mpi_lib_attr.type: <impi|mpich|none>` ... `}`
@@ -76,8 +77,10 @@ def _read_message(level: str, message: str, found: dict[str, Any], warnings: lis
     path = _MPI_PATH.search(message)
     if path:
         found["mpi_library_path"] = path.group(1)
-    if message.startswith("library version: "):
-        found["library_version"] = message.split(": ", 1)[1].strip()
+    if message.startswith("library version: "):  # CCL_PRODUCT_FULL: "Gold-2021.14.0 <build date> <vcs>"
+        text = message.split(": ", 1)[1].strip()
+        number = re.search(r"\d{4}\.\d+(?:\.\d+)?", text)
+        found["library_version"] = number.group(0) if number else text
     name, _, value = message.partition(": ")
     if name in _SETTINGS and value:
         found[_SETTINGS[name]] = value.strip()

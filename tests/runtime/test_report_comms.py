@@ -25,9 +25,10 @@ from lightning_xpu.report.schema import check_report
 
 # Rank 0 and rank 5 of a 2-node ATL-mpi run, line by line as oneCCL 2021.14 writes them: the prefix
 # (src/common/log/log.cpp write_prefix), env_data::print (src/common/env/env.cpp, rank 0 only),
-# set_local_coord (src/common/global/global.cpp), atl_mpi_ctx::to_string (src/atl/mpi/atl_mpi_ctx.cpp).
+# set_local_coord (src/common/global/global.cpp), atl_mpi_ctx::to_string (src/atl/mpi/atl_mpi_ctx.cpp); the
+# version as CMakeLists.txt's CCL_PRODUCT_FULL composes it.
 RANK0_LOG = """\
-2026:11:28-10:00:01:( 4242) |CCL_INFO| library version: 2021.14.0-c4b0d1f
+2026:11:28-10:00:01:( 4242) |CCL_INFO| library version: Gold-2021.14.0 2024-11-06T 10:42:12Z (master/1a2b3c4)
 2026:11:28-10:00:01:( 4242) |CCL_INFO| process launcher: hydra, local_proc_idx: 0, local_proc_count: 4
 2026:11:28-10:00:01:( 4242) |CCL_INFO| CCL_ATL_TRANSPORT: mpi
 2026:11:28-10:00:01:( 4242) |CCL_INFO| CCL_KVS_MODE: pmi
@@ -52,7 +53,7 @@ them from ATL
 
 def test_the_oneccl_log_of_rank_0_names_launcher_place_transport_kvs_and_mpi() -> None:
     assert parse_oneccl_log(RANK0_LOG) == {
-        "library_version": "2021.14.0-c4b0d1f", "launcher": "hydra", "local_index": 0, "local_count": 4,
+        "library_version": "2021.14.0", "launcher": "hydra", "local_index": 0, "local_count": 4,
         "atl_transport": "mpi", "kvs_mode": "pmi", "process_launcher_setting": "hydra",
         "mpi_library_path_setting": "<not specified>", "mpi_library_type": "mpich",
     }
