@@ -285,8 +285,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from lightning_xpu.report.bundle import write_bundle
 
         bundle = write_bundle(json_path, [path for path in (markdown_path, *pictures) if path is not None])
-        print(f"validate: send {bundle} back: attach it to a 'Validation report' issue"
-              " (.github/ISSUE_TEMPLATE/validation-report.md), the Markdown pasted in")
+        print(f"validate: send {bundle} back with the 'Validation report' issue template"
+              " (.github/ISSUE_TEMPLATE/validation-report.md): the Markdown pasted in, this file attached")
     return 0 if report.ok else 1
 
 
