@@ -176,12 +176,17 @@ def results_table(scope: Scope) -> list[dict[str, Any]]:
     for result in rank0.get("results", []):
         algbw, busbw = bandwidths(result["operation"], result["bytes"], result["seconds"], scope.ranks)
         row = {"operation": result["operation"], "bytes": result["bytes"],
-               "latency_us": round(result["seconds"] * 1e6, 2), "algbw_gbs": round(algbw, 4),
-               "busbw_gbs": round(busbw, 4)}
+               "latency_us": _figures(result["seconds"] * 1e6), "algbw_gbs": _figures(algbw),
+               "busbw_gbs": _figures(busbw)}
         if scope.nominal_gbps:
-            row["busbw_of_nominal"] = round(busbw / (scope.nominal_gbps / 8), 4)
+            row["busbw_of_nominal"] = _figures(busbw / (scope.nominal_gbps / 8))
         rows.append(row)
     return rows
+
+
+def _figures(value: float) -> float:
+    """Four significant figures (a CPU stand-in's bandwidths are tiny, a site's large)."""
+    return float(f"{value:.4g}")
 
 
 def oneccl_facts(scope: Scope) -> list[dict[str, Any]]:

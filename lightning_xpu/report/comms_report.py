@@ -124,7 +124,7 @@ def _scope_lines(name: str, scope: dict[str, Any]) -> list[str]:
         lines += [f"| collective | bytes | latency (us) | algbw (GB/s) | busbw (GB/s){share} |",
                   "|---|---|---|---|---|" + ("---|" if share else "")]
         lines += [f"| {r['operation']} | {r['bytes']} | {r['latency_us']} | {r['algbw_gbs']} | {r['busbw_gbs']}"
-                  + (f" | {r['busbw_of_nominal']:.1%}" if share else "") + " |" for r in scope["results"]]
+                  + (f" | {r['busbw_of_nominal'] * 100:.3g}%" if share else "") + " |" for r in scope["results"]]
         lines.append("")
     if scope.get("oneccl_log"):
         lines += ["What oneCCL said it used (its `CCL_LOG_LEVEL=info` log; the libmpi mapped into the rank):", "",
