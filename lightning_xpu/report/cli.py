@@ -335,7 +335,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                " job passes its own, recipes/sites/<site>.toml [validation])")
     validate.add_argument("--only", metavar="CHECKS", help="comma-separated check names (see --list)")
     validate.add_argument("--comm-max-bytes", metavar="SIZE",
-                          help="site: the communication check's largest message (default 1GiB on XPU, 1MiB where"
+                          help="site: the communication check's largest message (default 1GiB on XPU, 64KiB where"
                                " gloo stands in on CPU; e.g. 64MiB where memory is short)")
     validate.add_argument("--comm-deadline", metavar="SECONDS",
                           help="site: each communication attempt's deadline (default 600 on XPU, 120 on CPU); a"
