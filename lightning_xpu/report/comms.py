@@ -266,6 +266,8 @@ def _scope_detail(scope: Scope) -> dict[str, Any]:
 
 def _verdict(scopes: list[Scope], detail: dict[str, Any], backend: str, skipped: str) -> Outcome:
     ran = [scope for scope in scopes if scope.name in detail["scopes"]]
+    if not ran:
+        raise CheckSkipped(skipped.removeprefix("; "))
     broken = [scope for scope in ran if scope.working is None]
     if broken:
         attempts = broken[0].attempts
