@@ -188,6 +188,28 @@ def report_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     return json_path, markdown_path
 
 
+def communication_options(args: argparse.Namespace) -> dict[str, float | int | None]:
+    """The communication check's options (lightning_xpu/validation/comms.py), InputError naming the fix."""
+    from lightning_xpu.validation.comms import parse_bytes
+
+    found: dict[str, float | int | None] = {}
+    try:
+        found["comm_max_bytes"] = None if args.comm_max_bytes is None else parse_bytes(args.comm_max_bytes)
+    except ValueError as error:
+        raise InputError(f"--comm-max-bytes must be {error}") from None
+    for option, key in (("comm_deadline", "comm_deadline_s"), ("link_gbps", "link_gbps"),
+                        ("node_link_gbps", "node_link_gbps")):
+        text = getattr(args, option)
+        try:
+            value = None if text is None else float(text)
+        except ValueError:
+            value = -1.0
+        if value is not None and not value > 0:
+            raise InputError(f"--{option.replace('_', '-')} must be a positive number, got '{text}'")
+        found[key] = value
+    return found
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from lightning_xpu.diagnosis import device_facts
     from lightning_xpu.environments.errors import LaunchError
@@ -206,6 +228,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         else:
             args.nodes = 1 if args.nodes is None else count_option("--nodes", args.nodes)
         args.devices = None if args.devices is None else count_option("--devices", args.devices)
+        comm_options = communication_options(args)
         unknown = sorted(set(only) - {spec.name for spec in specs})
         if unknown:
             raise InputError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(s.name for s in specs)}")
@@ -225,12 +248,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
             context.launchers = tuple(name for name in args.launchers.split(",") if name)
             if args.devices is not None and context.xpu:
                 context.devices = min(args.devices, context.devices)
+            context.extra.update(comm_options)
 
         def progress(result: Check) -> None:
             print(f"validate {args.level}: {result.name}: {result.status} ({result.seconds:.1f} s): {result.reason}",
                   flush=True)
 
         checks = run_checks(context, only, progress, level=args.level)
+    from lightning_xpu.validation.comms_report import write_pictures
+
+    pictures = write_pictures(checks, markdown_path or json_path)
     found = versions()
     from lightning_xpu.diagnosis import driver_facts
 
@@ -250,9 +277,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     summary = report.summary()
     where = f"{json_path} and {markdown_path}" if markdown_path else str(json_path)
     print(f"validate: {summary[PASS]} passed, {summary[FAIL]} failed, {summary[SKIP]} skipped; report: {where}")
-    if args.level == "site":  # the site report goes back to the project
-        print(f"validate: send {markdown_path} back with the 'Validation report' issue template"
-              " (.github/ISSUE_TEMPLATE/validation-report.md), the JSON attached")
+    if args.level == "site":  # the site report goes back to the project, as one file
+        from lightning_xpu.validation.bundle import write_bundle
+
+        bundle = write_bundle(json_path, [path for path in (markdown_path, *pictures) if path is not None])
+        print(f"validate: send {bundle} back with the 'Validation report' issue template"
+              " (.github/ISSUE_TEMPLATE/validation-report.md): the Markdown pasted in, this file attached")
     return 0 if report.ok else 1
 
 
@@ -300,6 +330,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                           help="site: the site's launchers for the launched checks (default srun,mpiexec; the site's"
                                " job passes its own, recipes/sites/<site>.toml [validation])")
     validate.add_argument("--only", metavar="CHECKS", help="comma-separated check names (see --list)")
+    validate.add_argument("--comm-max-bytes", metavar="SIZE",
+                          help="site: the communication check's largest message (default 1GiB on XPU, 64KiB where"
+                               " gloo stands in on CPU; e.g. 64MiB where memory is short)")
+    validate.add_argument("--comm-deadline", metavar="SECONDS",
+                          help="site: each communication attempt's deadline (default 600 on XPU, 120 on CPU); a"
+                               " failed or hung attempt moves on to the next documented alternative")
+    validate.add_argument("--link-gbps", metavar="GBITS",
+                          help="site: the nominal bandwidth of the link between nodes, Gbit/s (the site file's"
+                               " [validation] link_gbps)")
+    validate.add_argument("--node-link-gbps", metavar="GBITS",
+                          help="site: the nominal bandwidth between the devices of one node, Gbit/s"
+                               " ([validation] node_link_gbps)")
     validate.add_argument("--site-job", metavar="NAME",
                           help="run as the site validation job NAME (<prefix>/validate_lightning.sh, which loads the"
                                " environment, then hands over): defaults from the allocation (--nodes, --out),"

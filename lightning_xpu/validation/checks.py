@@ -71,11 +71,12 @@ def _read_ranks(out: Path) -> list[dict[str, Any]]:
 
 
 def run_worker(context: Context, args: list[str], ranks: int = 1, launcher: list[str] | None = None,
-               env: dict[str, str] | None = None, timeout: float = WORKER_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Run the worker (`ranks` local processes, or once under `launcher`); its rank reports, or CheckFailed. The
-    oneCCL launch variables each rank saw are recorded for the running check's result."""
+               env: dict[str, str] | None = None, timeout: float = WORKER_TIMEOUT_S,
+               module: str = WORKER) -> list[dict[str, Any]]:
+    """Run the worker `module` (`ranks` local processes, or once under `launcher`); its rank reports, or
+    CheckFailed. The oneCCL launch variables each rank saw are recorded for the running check's result."""
     out = Path(tempfile.mkdtemp(prefix="worker-", dir=context.workdir))
-    command = [context.python, "-m", WORKER, *args, "--out", str(out)]
+    command = [context.python, "-m", module, *args, "--out", str(out)]
     if launcher is not None:
         launches = [([*launcher, *command], env or dict(os.environ))]
     else:
@@ -541,5 +542,8 @@ def check_checkpoint_fsdp_full(context: Context) -> str:
     """Save a full (consolidated) FSDP checkpoint and resume from it."""
     return _checkpoint_round_trip(context, "fsdp", "FSDP full checkpoint", state_dict_type="full")
 
+
+# The communication check lives in its own module (it registers itself, after the checks above).
+from lightning_xpu.validation import comms  # noqa: E402, F401
 
 CHECKS = checks_of("site")

@@ -49,7 +49,11 @@ LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
 
 
 class CheckFailed(Exception):
-    """The check ran and found a problem; the message is the reason."""
+    """The check ran and found a problem; the message is the reason (`detail`: the facts it still measured)."""
+
+    def __init__(self, reason: str, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.detail = detail
 
 
 class CheckSkipped(Exception):
@@ -166,7 +170,7 @@ def run_check(spec: ValidationCheck, context: Context, injected: frozenset[str] 
     except CheckSkipped as skipped:
         status, reason = SKIP, str(skipped)
     except CheckFailed as failed:
-        status, reason = FAIL, str(failed)
+        status, reason, detail = FAIL, str(failed), failed.detail
     except Exception as error:  # a crash is a failed check, never a crashed job
         status, reason = FAIL, f"{type(error).__name__}: {error}"
     finally:

@@ -28,6 +28,9 @@ def render(data: dict[str, Any]) -> str:
         lines += [f"| `{c['name']}` | {_MARK[c['status']]} | {_cell(c['reason'])} | {c['seconds']:.1f} |"
                   for c in data["checks"]]
         lines.append("")
+    from lightning_xpu.validation.comms_report import markdown_section
+
+    lines += markdown_section(data)
     launched = [check for check in data["checks"] if check.get("oneccl")]
     if launched:
         lines += ["## oneCCL launch variables", "",

@@ -10,6 +10,7 @@ while [ "$#" -gt 0 ]; do
     -h | --help) cat <<EOF2; exit 0 ;;
 Usage: $prog [--prefix DIR --tag TAG | --setup FILE | --module NAME [--modulepath DIR] | --python PYTHON]
              [--nodes N] [--devices N] [--launchers LIST] [--only CHECKS] [--out DIR]
+             [--comm-max-bytes SIZE] [--comm-deadline SECONDS] [--link-gbps GBITS] [--node-link-gbps GBITS]
 Loads lightning-xpu, runs the site validation checks, writes <out>/validation.json and .md: send the Markdown back
 with the "Validation report" issue template. The site's job gives --site-prefix DIR --site-launchers LIST first.
   --prefix DIR --tag TAG  source DIR/lightning-setup-TAG.sh (TAG: 2.13, 2.13-cpu, ...; prefix default: $prefix)
@@ -17,13 +18,16 @@ with the "Validation report" issue template. The site's job gives --site-prefix 
   --module NAME           module load NAME (e.g. lightning-xpu/2.13), after 'module use DIR' if --modulepath
   --python PYTHON         use this Python as it is (lightning_xpu importable); loads nothing
 The others go to 'python -m lightning_xpu validate --site-job' (its --help explains them): --nodes (default: the
-allocation's, 1 or 2), --devices (all visible), --launchers ($launchers), --only (all), --out (in the submit directory).
+allocation's, 1 or 2), --devices (all visible), --launchers ($launchers), --only (all), --out (in the submit directory),
+and the communication check's --comm-max-bytes, --comm-deadline, --link-gbps and --node-link-gbps (the site's
+[validation] link_gbps/node_link_gbps, given as --site-link-gbps/--site-node-link-gbps).
 EOF2
     --prefix | --site-prefix | --tag | --setup | --module | --modulepath | --python | --nodes | --devices | \
-      --launchers | --site-launchers | --only | --out) [ "$#" -ge 2 ] || die "$1 needs a value (see --help)" ;;
+      --launchers | --site-launchers | --only | --out | --comm-max-bytes | --comm-deadline | --link-gbps | \
+      --site-link-gbps | --node-link-gbps | --site-node-link-gbps) [ "$#" -ge 2 ] || die "$1 needs a value (see --help)" ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
-  name="${1#--}"; printf -v "${name#site-}" '%s' "$2"; shift 2  # --site-X: the site's default for --X, given first
+  name="${1#--}"; name="${name#site-}"; printf -v "${name//-/_}" '%s' "$2"; shift 2  # --site-X: the site's default for --X, given first
 done
 [ "${tag:+x}${setup:+x}${module:+x}${python:+x}" = x ] ||
   die "give exactly one of --tag (with --prefix), --setup, --module or --python"
@@ -46,5 +50,8 @@ command -v "${python:=python}" >/dev/null 2>&1 || die "no Python '$python'"
 "$python" -c 'import lightning_xpu.commands.allocation' 2>/dev/null ||
   "$python" -c 'import lightning_xpu.report.allocation' 2>/dev/null ||
   die "$(command -v "$python") has no lightning_xpu, or one older than this job: load an install of it, or rerun that tag's install job with --force"
-args=(); for name in nodes devices launchers only out; do [ -z "${!name:-}" ] || args+=("--$name" "${!name}"); done
+args=()
+for name in nodes devices launchers only out comm_max_bytes comm_deadline link_gbps node_link_gbps; do
+  [ -z "${!name:-}" ] || args+=("--${name//_/-}" "${!name}")
+done
 exec "$python" -m lightning_xpu validate --site-job "$prog" "${args[@]}"  # checks them, then the defaults

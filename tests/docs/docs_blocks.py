@@ -44,6 +44,7 @@ NOT_GUIDES = {
     "architecture.md": "contracts between the pieces, for developers",
     "multinode.md": "the developers' two-host test harness, run by tests/multinode",
     "performance.md": "measured results, not instructions",
+    "compatibility.md": "generated from docs/reports (lightning_xpu/validation/compat.py), not instructions",
 }
 LMOD_INIT_DEFAULT = "/usr/share/lmod/lmod/init/bash"
 

@@ -50,7 +50,12 @@ def test_every_site_job_runs_from_a_spool_copy_with_the_sites_defaults(recipes: 
         passed = subprocess.run(["bash", str(spool), "--x"], capture_output=True, text=True, cwd=probe,
                                 env={"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SLURM_SUBMIT_DIR": str(probe)})
         expected_prefix = site.default_prefix.replace("$HOME", "/home/u")
-        assert passed.stdout.splitlines() == ["--site-prefix", expected_prefix, "--site-launchers", launchers, "--x"]
+        links = [word for key in ("link_gbps", "node_link_gbps") if getattr(site.validation, key)
+                 for word in (f"--site-{key.replace('_', '-')}", f"{getattr(site.validation, key):g}")]
+        assert passed.stdout.splitlines() == ["--site-prefix", expected_prefix, "--site-launchers", launchers, *links,
+                                              "--x"]
+    # the nominal link figure of the communication check reaches the job where the site file gives one
+    assert recipes.sites["aurora"].validation.link_gbps == 200
 
 
 def _site_file(tmp_path: Path, scheduler: str, extra: str) -> Path:
@@ -86,7 +91,10 @@ def test_a_site_without_the_table_gets_a_job_from_its_scheduler(
         ("pbs", 'directives = ["--time=00:30:00"]', "validation.directives: '--time=00:30:00' is not a pbs directive"),
         ("slurm", 'directives = ["--account=P1"]', "validation.directives: '--account=P1' hard-codes an account"),
         ("slurm", 'launchers = ["aprun"]', "validation.launchers: ('aprun',): give one or more of srun, mpiexec"),
-        ("slurm", 'time = "1"', "validation.time: unknown key (allowed here: directives, hint, launchers)"),
+        ("slurm", 'time = "1"', "validation.time: unknown key (allowed here: directives, hint, launchers, link_gbps,"
+                                " link_source, node_link_gbps)"),
+        ("slurm", "link_gbps = 200", "validation.link_source: a link figure needs its source"),
+        ("pbs", 'link_gbps = "fast"\nlink_source = "t"', "validation.link_gbps: must be a positive number of Gbit/s"),
     ],
 )
 def test_bad_validation_data_is_one_line(

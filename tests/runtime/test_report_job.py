@@ -121,6 +121,7 @@ def test_the_generic_site_job_under_sbatch(tmp_path: Path) -> None:
         assert (state, exit_code) == ("COMPLETED", "0:0"), output
         data = json.loads((out / "validation.json").read_text())
         markdown = (out / "validation.md").read_text()
+        sent = sorted(path.name for path in out.iterdir())  # the picture of the communication check, the bundle
     finally:
         shutil.rmtree(out, ignore_errors=True)
     check_report(data)
@@ -130,6 +131,8 @@ def test_the_generic_site_job_under_sbatch(tmp_path: Path) -> None:
         if spec.needs_xpu:  # never "passed" without an Intel GPU
             assert statuses[spec.name] == (SKIP, NO_XPU)
     assert statuses["runtime"][0] == PASS
+    assert statuses["communication"][0] == PASS and statuses["communication"][1].startswith("within a node, 2 ranks")
+    assert sent == ["validation-communication.svg", "validation.json", "validation.md", "validation.tar.gz"]
     assert data["versions"]["variant"] == "cpu" and data["versions"]["variant_source"] == "LIGHTNING_XPU_VARIANT"
     assert data["versions"]["torch_build"] == "cpu" and data["environment"]["SLURM_JOB_ID"] == job_id
     assert "the cpu variant of lightning-xpu is loaded" in data["notes"][0]

@@ -1,9 +1,10 @@
-"""Returned site validation reports (tests/data/validation-reports/*.json) agree with the profile table.
+"""Returned site validation reports (docs/reports/*.json) agree with the profile table.
 
 A report from real Intel GPUs is the only evidence this project can get of what a torch release does on XPU. Each
 committed report must match the committed schema, and every fact of `tests/xpu_profiles.py` that it exercises must
 agree with it; a row that cites a report as its evidence must name a committed one. None has been returned yet,
-so the loader is also run on generated reports.
+so the loader is also run on generated reports. The compatibility table (docs/compatibility.md) is generated from the
+same folder and must match it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from lightning_xpu.validation import FAIL, PASS, Check, Report
 from lightning_xpu.validation.model import versions
 from lightning_xpu.validation.schema import check_report
 
-REPORTS = Path(__file__).resolve().parents[1] / "data" / "validation-reports"
-REPORTS_CITED = "tests/data/validation-reports/"
+REPORTS = Path(__file__).resolve().parents[2] / "docs" / "reports"
+REPORTS_CITED = "docs/reports/"
 
 
 def load_reports(folder: Path) -> dict[str, dict[str, Any]]:
@@ -64,7 +65,7 @@ def generated(torch: str, backend: str | None, collectives: str = PASS, ipex: st
 
 
 def test_every_committed_report_agrees_with_the_profile_table() -> None:
-    reports = load_reports(REPORTS)  # none returned yet: the loop below runs once one is committed
+    reports = load_reports(REPORTS)  # CI's own CPU run, then what sites return
     table = profile_table()
     for name, report in reports.items():
         assert contradictions(report, table.fact) == [], name
@@ -98,3 +99,27 @@ def test_the_loader_refuses_a_report_that_breaks_the_schema(tmp_path: Path) -> N
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ValueError, match=r"\$\.checks\[0\]\.status: 'ok' is not one of"):
         load_reports(tmp_path)
+
+
+def test_the_committed_compatibility_table_is_generated_from_the_reports() -> None:
+    from lightning_xpu.validation.compat import TABLE, render
+
+    assert TABLE.read_text() == render(REPORTS), "run: python -m lightning_xpu.validation.compat"
+
+
+def test_cis_own_cpu_run_is_the_first_entry_and_marked() -> None:
+    from lightning_xpu.validation.compat import render
+
+    rows = [line for line in render(REPORTS).splitlines() if line.startswith("| [")]
+    assert rows[0].startswith("| [ci-generic-") and "(*CI*, CPU)" in rows[0] and "| none (gloo) |" in rows[0]
+    assert "communication" in rows[0].split("|")[6]
+
+
+def test_a_report_that_breaks_the_schema_stops_the_table(tmp_path: Path) -> None:
+    from lightning_xpu.validation.compat import render
+
+    broken = generated("2.8.0", "xccl")
+    del broken["versions"]
+    (tmp_path / "dawn-2.8.0-x.json").write_text(json.dumps(broken))
+    with pytest.raises(ValueError, match=r"^dawn-2.8.0-x.json: report does not match .*missing 'versions'"):
+        render(tmp_path)

@@ -279,6 +279,18 @@ def _shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
+def _link_defaults(site: Mapping[str, Any]) -> str:
+    """The site's nominal link figures for the communication check (lightning_xpu/validation/comms.py), if any."""
+    found = ""
+    for key in ("link_gbps", "node_link_gbps"):
+        value = site.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise TagDataError(f"site data: {key!r} must be a positive number (got {value!r})")
+            found += f" --site-{key.replace('_', '-')} {float(value):g}"
+    return found
+
+
 def validation_job_text(prefix: Path, site: Mapping[str, Any]) -> str:
     """The site's validation job, from the site's "validation" data (lib/lxpu_admin/render/sites.py Validation):
     the scheduler's directives, the site's defaults, and a call of the common validation script written next to
@@ -305,7 +317,7 @@ def validation_job_text(prefix: Path, site: Mapping[str, Any]) -> str:
             "the",
             "# submit directory and the install prefix in the search below.",
             "set -euo pipefail",
-            f'defaults=(--site-prefix {prefix_word} --site-launchers "{launchers}")',
+            f'defaults=(--site-prefix {prefix_word} --site-launchers "{launchers}"{_link_defaults(site)})',
             f"for here in {places}; do",
             f'  [ ! -f "$here/{VALIDATION_LIBRARY_NAME}" ] || exec bash "$here/{VALIDATION_LIBRARY_NAME}" '
             '"${defaults[@]}" "$@"',

@@ -55,6 +55,9 @@ class Validation:
     directives: tuple[str, ...]
     launchers: tuple[str, ...]
     hint: str
+    # The communication check's nominal link figures, Gbit/s (between nodes, between a node's devices), 0: none.
+    link_gbps: float = 0.0
+    node_link_gbps: float = 0.0
 
     def job_data(self) -> dict[str, Any]:
         """What lxpu_admin/install/tagfiles.py writes the job from (with the site's name and default prefix)."""
@@ -63,6 +66,8 @@ class Validation:
             "directives": list(self.directives),
             "launchers": list(self.launchers),
             "hint": self.hint,
+            **({"link_gbps": self.link_gbps} if self.link_gbps else {}),
+            **({"node_link_gbps": self.node_link_gbps} if self.node_link_gbps else {}),
         }
 
 
@@ -171,8 +176,9 @@ def _read_validation(table: Table, scheduler: str, headers: dict[str, Headers], 
     """[validation] (every key optional): `directives`, checked like the install job's against the site's
     scheduler (a site without one: its headers' family, else slurm), default the site's common directives;
     `launchers`, default mpiexec under PBS (PALS) and srun then mpiexec elsewhere; `hint`, default the site's
-    submit_hint for this job."""
-    table.only({"directives", "launchers", "hint"})
+    submit_hint for this job; `link_gbps`/`node_link_gbps`, the nominal bandwidth (Gbit/s) between nodes and between
+    a node's devices that the communication check compares with, and `link_source`, where they come from."""
+    table.only({"directives", "launchers", "hint", "link_gbps", "node_link_gbps", "link_source"})
     kind = scheduler if scheduler != "none" else next(iter(headers), "slurm")
     if table.has("directives"):
         resources = _directives(table, "directives", kind)
@@ -187,7 +193,18 @@ def _read_validation(table: Table, scheduler: str, headers: dict[str, Headers], 
     hint = table.text_or("hint", submit_hint.replace("{script}", call))
     if "\n" in hint:
         raise table.error("hint", "must be one line (it is a comment in the job)")
-    return Validation(_MARKER[kind], _VALIDATION_NAMING[kind] + resources, launchers, hint)
+    links = [_link_figure(table, key) for key in ("link_gbps", "node_link_gbps")]
+    if any(links) and not table.has("link_source"):
+        raise table.error("link_source", "a link figure needs its source: link_source = \"<where it is stated>\"")
+    return Validation(_MARKER[kind], _VALIDATION_NAMING[kind] + resources, launchers, hint, *links)
+
+
+def _link_figure(table: Table, key: str) -> float:
+    """A nominal link figure in Gbit/s (0 when not given)."""
+    value = table.data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise table.error(key, f"must be a positive number of Gbit/s, got {value!r}")
+    return float(value)
 
 
 def _read_env(table: Table, known: KnownNames) -> tuple[EnvSetting, ...]:
