@@ -124,8 +124,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     try:
         directory = write_spec(install, kernels)
     except PermissionError:
-        raise KernelError(f"cannot write into {kernels}: --prefix-wide is for the install's owner (the "
-                          "administrator); without it the kernel is written for you alone") from None
+        fix = ("--prefix-wide is for the install's owner (the administrator); without it the kernel is written for "
+               "you alone") if args.prefix_wide else "export JUPYTER_DATA_DIR=<a directory of yours> and run this again"
+        raise KernelError(f"cannot write into {kernels}: {fix}") from None
     where = "for everyone who loads the module" if args.prefix_wide else "for you"
     print(f"{PROG}: '{install.display_name}' ({install.kernel_name}) written {where}: {directory}")
     if not args.prefix_wide:

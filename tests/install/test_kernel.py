@@ -247,3 +247,15 @@ echo UNLOADED; '{jupyter}' kernelspec list
     loaded, unloaded = out.split("UNLOADED")
     assert spec.parent.name in loaded and str(spec.parent) in loaded, out
     assert spec.parent.name not in unloaded, out
+
+
+def test_refusals_are_one_line_naming_the_fix(world) -> None:
+    outside = subprocess.run([sys.executable, "-m", "lightning_xpu", "kernel", "install"],
+                             env={**user_env(world), "PYTHONPATH": str(h.REPO)}, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert outside.returncode == 2 and outside.stderr.count("\n") == 1, outside.stderr
+    assert "load a lightning-xpu module (or source its setup script) first" in outside.stderr
+    out = shell(world, "python -m lightning_xpu kernel uninstall || echo exit $?",
+                JUPYTER_DATA_DIR=str(world["work"] / "no-kernels"))
+    said = [line for line in out.splitlines() if "kernel uninstall: error:" in line]
+    assert len(said) == 1 and "`lightning-xpu kernel list` shows them" in said[0] and "exit 2" in out, out
