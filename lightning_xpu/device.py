@@ -88,7 +88,8 @@ def parse_device_indices(
     missing = [index for index in indices if not 0 <= index < available]
     if missing:
         raise ValueError(
-            f"You requested xpu: {indices}, but your machine has only {available} XPU device(s)."
+            f"You requested xpu: {indices}, but your machine has only {available} XPU device(s)"
+            + (f": ask for those (devices={available} or devices=\"auto\")." if available else ".")
             + affinity_hint()
         )
     return indices

@@ -9,6 +9,7 @@
   report    the patch report: which Lightning patches were expected and applied (as lightning_xpu.report())
   user-env  make your own writable layer over this (read-only) environment, where pip and uv install
             (lightning_xpu/commands/userenv.py)
+  kernel    install, uninstall or list the Jupyter kernel of the loaded install (lightning_xpu/commands/kernel.py)
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ def cmd_user_env(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="lightning-xpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{doctor,validate,report,user-env}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{doctor,validate,report,user-env,kernel}")
     doctor = sub.add_parser("doctor", help="print the full picture of this machine and environment")
     doctor.add_argument("--json", type=Path, help="also write the doctor report as JSON")
     doctor.set_defaults(run=cmd_doctor)
@@ -355,6 +356,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                " ~/.local/lightning-xpu/<tag>)")
     user_env.add_argument("--print-path", action="store_true", help="print the layer's path and exit")
     user_env.set_defaults(run=cmd_user_env)
+    from lightning_xpu.commands import kernel
+
+    kernel.add_parser(sub)
     return parser.parse_args(argv)
 
 

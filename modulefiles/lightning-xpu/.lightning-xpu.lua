@@ -194,6 +194,9 @@ if user_layer then
   pushenv("VIRTUAL_ENV", user_layer)
 end
 pushenv("LIGHTNING_XPU_ROOT", root)
+-- Jupyter lists the install's prefix-wide kernel specs (`lightning-xpu kernel install --prefix-wide`,
+-- lightning_xpu/commands/kernel.py) wherever the module is loaded; the setup script adds the same directory.
+prepend_path("JUPYTER_PATH", pathJoin(prefix, "share/jupyter"))
 
 -- The site variables (only where the user has not set them); source_sh runs bash on the quoted path.
 source_sh("bash", quoted(site_env))

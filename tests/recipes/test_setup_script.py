@@ -33,7 +33,7 @@ _RECIPES = load_recipes(REPO / "recipes")
 SITES = list(_RECIPES.sites)
 TAGS = [v.tag(name) for v in _RECIPES.matrix.versions.values() for name in v.variants]
 CASES = [(tag, SITES[i % len(SITES)], i % 2 == 0) for i, tag in enumerate(TAGS)]
-OURS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE", "LIGHTNING_XPU_ROOT")
+OURS = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE", "LIGHTNING_XPU_ROOT", "JUPYTER_PATH")
 
 
 def _bash(script: str, home: Path, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -79,6 +79,8 @@ def test_setup_script_twice_under_nounset(
     assert ("VIRTUAL_ENV" if conda else "CONDA_PREFIX") not in got
     assert got["PYTHONUSERBASE"] == f"{tmp_path}/.local/lightning-xpu/{tag}"
     assert got["LIGHTNING_XPU_ROOT"] == root
+    # The prefix-wide Jupyter kernel specs (lightning-xpu kernel install --prefix-wide), once though sourced twice.
+    assert got["JUPYTER_PATH"] == f"{install.prefix}/share/jupyter"
     for setting in recipes.sites[site].env:
         assert got[setting.name] == setting.value
     if recipes.sites[site].modules:  # no `module` command in this shell: said, not fatal

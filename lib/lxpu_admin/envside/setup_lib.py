@@ -434,7 +434,9 @@ def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
     site modules, then this environment's variables (its bin/ before what the modules added), the layer's lines."""
     me, root, environ = f"lightning-setup-{tag}.sh", pinned_build(f"{prefix}/{tag}"), os.environ
     home, old, path = environ.get("HOME", ""), environ.get("LIGHTNING_XPU_ROOT", ""), environ.get("PATH", "")
-    lease, lines = lease_lines(prefix, root, pid, me, "setup-script", "fd")
+    # The Jupyter kernel's launcher (lightning_xpu/commands/kernel.py) sources this script and execs the kernel.
+    what = "kernel" if environ.get("LIGHTNING_XPU_KERNEL") == "1" else "setup-script"
+    lease, lines = lease_lines(prefix, root, pid, me, what, "fd")
     if not lease:
         lines = [f"echo {_word(line)} >&2" for line in lines]
     if old and old != root:
@@ -452,7 +454,16 @@ def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
             lines.append(f'PATH={_word(f"{layer}/bin")}:"$PATH"')
         exports["VIRTUAL_ENV"] = layer
     lines += [f"echo {_word(line)} >&2" for line in said]
+    exports["JUPYTER_PATH"] = with_jupyter(prefix, environ.get("JUPYTER_PATH", ""))
     return [*lines, "export PATH", *(f"export {name}={_word(value)}" for name, value in exports.items())]
+
+
+def with_jupyter(prefix: str, listed: str) -> str:
+    """JUPYTER_PATH with <prefix>/share/jupyter first, where `lightning-xpu kernel install --prefix-wide` writes
+    the install's kernel specs (lightning_xpu/commands/kernel.py): Jupyter then lists them (the modulefile body
+    prepends the same directory)."""
+    data = f"{prefix}/share/jupyter"
+    return ":".join([data, *(entry for entry in listed.split(":") if entry and entry != data)])
 
 
 def modulefile_lines(prefix: str, tag: str) -> list[str]:

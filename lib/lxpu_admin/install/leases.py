@@ -7,7 +7,7 @@ processes), keeps its lease. Otherwise it is live while its Slurm/PBS job is que
 so), or, outside a scheduler on its host, while its process runs. Nothing here reads other users' processes (/proc
 may hide them: hidepid=2). A lease from another host without a scheduler is live until its age limit
 (LIGHTNING_XPU_LEASE_MAX_AGE_DAYS, 7 days). Key=value lines: build, host, job (slurm:ID, pbs:ID or empty), cluster,
-pid, user, created, what (module, setup-script, install), and held=flock once its holder holds the lock.
+pid, user, created, what (module, setup-script, kernel, install), and held=flock once its holder holds the lock.
 
 A member of a --shared-group writes .leases, so a lease's text is believed only as far as it can hurt no one: who
 wrote it is its file's owner (never user=), its age counts from the oldest of created=, its mtime and its ctime (a

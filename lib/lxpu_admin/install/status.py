@@ -83,7 +83,8 @@ def _process(pid: str) -> str:
 def holder_line(lease: Lease, holders: list[str]) -> str:
     """Who holds the lease: what took it, user, host, job, the recorded process, the processes holding it."""
     fields = lease.fields
-    what = {"module": "module load", "setup-script": "setup script", "install": "install"}.get(
+    what = {"module": "module load", "setup-script": "setup script", "kernel": "Jupyter kernel",
+            "install": "install"}.get(
         fields.get("what", ""), fields.get("what") or "lease")
     parts = [what, f"user {_user(lease)}", f"host {fields.get('host') or '?'}"]
     job = fields.get("job", "")
@@ -121,6 +122,8 @@ def release_line(lease: Lease) -> str:
     if fields.get("held") != "flock":
         return (f"release: it ends with process {pid} on {fields.get('host') or '?'}; once that is gone, "
                 f"rm {lease.path}")
+    if what == "kernel":
+        return f"release: shut that Jupyter kernel down (pid {pid}); processes it started hold it until they end"
     shell = ("`module unload lightning-xpu` in that shell, or leave it (exit)" if what == "module"
              else "leave that shell (exit)")
     return f"release: {shell}; processes started from it (nohup, background jobs) hold it until they end"
