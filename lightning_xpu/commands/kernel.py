@@ -71,8 +71,8 @@ class Install:
 
 def loaded_install() -> Install:
     """The install of the loaded module or sourced setup script, or KernelError naming what to load."""
-    from lightning_xpu.install_facts import environment_tag, variant_of
     from lightning_xpu.commands.userenv import environment_root, install_prefix
+    from lightning_xpu.install_facts import environment_tag, variant_of
 
     tag = environment_tag()
     if tag is None:
