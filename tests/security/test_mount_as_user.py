@@ -63,7 +63,8 @@ def _stage(accounts: Accounts, build: Path, stage: str, path: str = SYSTEM_PATH)
               'python\n'
               'echo "root $LIGHTNING_XPU_ROOT"\n'
               'grep -F " $LIGHTNING_XPU_ROOT " /proc/self/mounts || echo "no mount"\n')  # fmt: skip
-    env = accounts.env(accounts.victim, PATH=path, LIGHTNING_XPU_STAGE=stage, LIGHTNING_XPU_ROOT=str(build))
+    # The build's bin/ first, as the module and the setup script put it.
+    env = accounts.env(accounts.victim, PATH=f"{build}/bin:{path}", LIGHTNING_XPU_STAGE=stage, LIGHTNING_XPU_ROOT=str(build))
     return accounts.run(accounts.victim, script, env=env, timeout=120)
 
 
@@ -90,20 +91,19 @@ def test_a_non_root_account_mounts_and_the_mount_goes_with_its_shell(accounts: A
 
 def test_without_squashfuse_it_copies_and_says_why_in_one_line(accounts: Accounts, build: Path,
                                                                 tmp_path: Path) -> None:  # fmt: skip
-    tools = tmp_path / "bin"
-    tools.mkdir()
+    tools = accounts.base / f"no-squashfuse-{tmp_path.name}"  # where the account can read it
+    tools.mkdir(mode=0o755)
     for directory in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin"):
         for command in sorted(Path(directory).iterdir()):
             if not command.name.startswith("squashfuse") and not (tools / command.name).exists():
                 (tools / command.name).symlink_to(command)
-    tmp_path.chmod(0o755)
     done = _stage(accounts, build, "1", path=str(tools))
     root = _field(done.stdout, "root")
     assert root.endswith(f"/stage.{root.split('/stage.')[1].split('/')[0]}/{TAG}"), done.stdout
     assert f"python runs from {root}" in done.stdout and "no mount" in done.stdout, done.stdout
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"lightning-xpu-stage: copy staging: copied to {root} (not mounted: squashfuse not "
-                           "found on PATH"), line  # fmt: skip
+    assert line.startswith(f"lightning-xpu-stage: copy staging: copied to {root} on each node; not mounted: "
+                           "squashfuse not found on PATH"), line  # fmt: skip
     forced = _stage(accounts, build, "mount", path=str(tools))
     assert f"python runs from {build}" in forced.stdout, forced.stdout
     (line,) = forced.stderr.strip().splitlines()
