@@ -64,7 +64,8 @@ def _stage(accounts: Accounts, build: Path, stage: str, path: str = SYSTEM_PATH)
               'echo "root $LIGHTNING_XPU_ROOT"\n'
               'grep -F " $LIGHTNING_XPU_ROOT " /proc/self/mounts || echo "no mount"\n')  # fmt: skip
     # The build's bin/ first, as the module and the setup script put it.
-    env = accounts.env(accounts.victim, PATH=f"{build}/bin:{path}", LIGHTNING_XPU_STAGE=stage, LIGHTNING_XPU_ROOT=str(build))
+    env = accounts.env(accounts.victim, PATH=f"{build}/bin:{path}", LIGHTNING_XPU_STAGE=stage,
+                       LIGHTNING_XPU_ROOT=str(build))
     return accounts.run(accounts.victim, script, env=env, timeout=120)
 
 

@@ -453,8 +453,10 @@ class Packer:
             if done.returncode == 0:
                 self.unpacked_bytes = tree_bytes(Path(tmp))
                 self.squash(Path(tmp))  # before the check's Python writes anything there
+                # In the copy (the first sys.path entry of `python -` is the working directory: a checkout's
+                # lightning_xpu there would be imported instead of the copy's).
                 done = subprocess.run([f"{tmp}/bin/python", "-", tmp, "1" if with_base else "0"], input=CHECK,
-                                      env=env, capture_output=True, text=True, check=False)
+                                      env=env, capture_output=True, text=True, check=False, cwd=tmp)
         except OSError as exc:
             done = subprocess.CompletedProcess([], 1, "", str(exc))
         finally:
