@@ -374,6 +374,7 @@ class Packer:
             members += ["-C", str(self.env), f"--exclude=./{PACK_DIR}",
                         "--exclude=./share/lightning-xpu/*smoke.json*", "."]
             holds = (f"the environment and the base interpreter {self.base.exe}" if with_base and self.base
+                     else "the conda environment, its interpreter included" if (self.env / "conda-meta").is_dir()
                      else "the environment; the base interpreter stays shared")
             image = shlex.quote(str(self.dir / f"env.{self.format}"))
             say(f"+ tar -c ... | {' '.join(self.compress)} > {image} ({holds})")
