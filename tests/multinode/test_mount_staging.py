@@ -196,7 +196,10 @@ def user_base(modulepath: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="module")
 def conda_modulepath(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A conda build (--env-manager conda, from CI's local channel: no conda executable, no conda-pack), installed
-    as the README says."""
+    as the README says; LXPU_MULTINODE_CONDA_MODULEPATH names one already installed (<prefix>/modulefiles)."""
+    if os.environ.get("LXPU_MULTINODE_CONDA_MODULEPATH"):
+        yield Path(os.environ["LXPU_MULTINODE_CONDA_MODULEPATH"])
+        return
     channel = subprocess.run([sys.executable, str(REPO / "ci" / "conda_channel.py")], capture_output=True,
                              text=True, check=False)  # fmt: skip
     assert channel.returncode == 0, channel.stderr
