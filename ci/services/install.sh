@@ -2,7 +2,8 @@
 # Installs the real services the tests need, only what is missing:
 #   - Debian: munge, Slurm (slurmctld, slurmd, client, and the Torque-style qsub wrapper slurm-wlm-torque,
 #     which the Aurora job tests submit through), Lmod, lua5.3 (luac for render.py check), MPICH, shellcheck, iproute2 (network
-#     namespaces for the multi-node stage), plus the venv module for the system python3.11;
+#     namespaces for the multi-node stage), squashfs-tools, squashfuse and fuse3 (SquashFS images and mount
+#     staging, issue 30), plus the venv module for the system python3.11;
 #   - Intel MPI from PyPI (impi-rt) into its own venv, build/venvs/impi. Its mpiexec stays off the
 #     default PATH so that MPICH's Hydra (/usr/bin/mpiexec.mpich) and Intel's never shadow each other.
 # Nothing starts here: ci/services/munge.sh and ci/services/slurm.sh do that.
@@ -10,7 +11,8 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client slurm-wlm-torque lmod lua5.3 mpich shellcheck iproute2 util-linux procps strace zstd)
+DEBIAN_PACKAGES=(munge slurmctld slurmd slurm-client slurm-wlm-torque lmod lua5.3 mpich shellcheck iproute2 util-linux procps strace zstd
+    squashfs-tools squashfuse fuse3)
 # 2021.19 needs libfabric>=2.6, which is not on PyPI; 2021.18.1 is the newest self-contained release.
 IMPI_VERSION="${LXPU_IMPI_VERSION:-2021.18.1}"
 IMPI_VENV="$LXPU_REPO_ROOT/build/venvs/impi"
@@ -47,6 +49,7 @@ install_debian() {
     fi
     if ((${#missing[@]} == 0)); then
         ci_log "Debian packages: all present"
+        fuse_for_users
         return
     fi
     ci_require_root
@@ -56,6 +59,19 @@ install_debian() {
     apt-get update -q || ci_die "apt-get update failed: check the machine's Debian mirror, then re-run"
     apt-get install -y -q --no-install-recommends "${missing[@]}" \
         || ci_die "apt-get install ${missing[*]} failed: see the apt output above"
+    fuse_for_users
+}
+
+
+# Mount staging (lightning-xpu-stage, issue 30) mounts as the job's own user: FUSE's unprivileged path opens
+# /dev/fuse, which fuse3's udev rule makes 0666 on a booted system. A CI container or VM without udev keeps the
+# kernel's 0600 (root only), so the node's users could not mount: set the mode the rule would have, as root.
+fuse_for_users() {
+    [[ -c /dev/fuse ]] || { ci_log "/dev/fuse: not present (no FUSE in this kernel): mount staging tests cannot run"; return; }
+    [[ "$(stat -c %a /dev/fuse)" != 666 ]] || return 0
+    ci_require_root
+    chmod 0666 /dev/fuse || ci_die "chmod 0666 /dev/fuse failed: make /dev/fuse usable by every user (fuse3's udev rule)"
+    ci_log "/dev/fuse: mode 0666, as fuse3's udev rule sets it (mount staging as a user)"
 }
 
 install_impi() {

@@ -202,8 +202,10 @@ prepend_path("JUPYTER_PATH", pathJoin(prefix, "share/jupyter"))
 source_sh("bash", quoted(site_env))
 
 -- Node-local staging (issue 15, lightning-xpu-stage --help): with LIGHTNING_XPU_STAGE=1, switch a job's shell
--- to node-local copies. Unloading does not undo the switch: end the job script instead.
+-- to node-local copies or SquashFS mounts (=1 picks, =mount and =copy force one: issue 30). Unloading does not undo
+-- the switch: end the job script instead.
 local stage = pathJoin(root, "bin/lightning-xpu-stage")
-if mode() == "load" and os.getenv("LIGHTNING_XPU_STAGE") == "1" and isFile(stage) then
+local staging = os.getenv("LIGHTNING_XPU_STAGE")
+if mode() == "load" and (staging == "1" or staging == "mount" or staging == "copy") and isFile(stage) then
   execute{cmd = "eval \"$(" .. quoted(stage) .. " --shell-if-job)\"", modeA = {"load"}}
 end

@@ -185,8 +185,8 @@ def test_fallback_without_an_image(shared: Shared) -> None:
 
 
 def test_fallback_when_the_install_refused_to_pack(shared: Shared) -> None:
-    shared.set_pack(status="refused", note="a conda environment is packed with conda-pack, which is not on PATH")
-    _falls_back(shared, "conda-pack, which is not on PATH")
+    shared.set_pack(status="refused", note="LIGHTNING_XPU_PACK=0: no image written")
+    _falls_back(shared, "LIGHTNING_XPU_PACK=0: no image written")
 
 
 def test_fallback_on_a_hash_mismatch(shared: Shared) -> None:
@@ -324,9 +324,10 @@ def test_pack_refuses_other_kinds_with_one_line(tmp_path: Path) -> None:
     assert "only venvs (python -m venv, uv venv) and conda environments" in _refusal(tmp_path)
 
 
-def test_pack_refuses_conda_without_conda_pack(tmp_path: Path) -> None:
+def test_pack_takes_a_conda_environment_without_conda_pack(tmp_path: Path) -> None:
+    # Issue 30: a conda build is packed (and staged) as it is; neither conda nor conda-pack is needed.
     (tmp_path / "conda-meta").mkdir()
-    assert "conda-pack, which is not on PATH" in _refusal(tmp_path)
+    assert _refusal(tmp_path) == ""
 
 
 def test_pack_refuses_a_venv_whose_pth_names_its_own_path(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Node-local staging on two real hosts (issue 15): an `sbatch -N 2` job loads the install job's module with
-LIGHTNING_XPU_STAGE=1, which broadcasts the packed image with sbcast and unpacks it on each host's own node-local
+LIGHTNING_XPU_STAGE=copy, which broadcasts the packed image with sbcast and unpacks it on each host's own node-local
 directory (ci/multinode/up.sh bind-mounts a private one per host at the same path); then the 4-rank DDP toy fit
 runs from those copies, every rank under strace.
 
@@ -65,7 +65,7 @@ def staging_job(directory: Path, environment: RankEnvironment, node_local: Path)
     script.write_text("\n".join([
         "#!/usr/bin/env bash",
         "set -euo pipefail",
-        "export OMP_NUM_THREADS=1 LIGHTNING_XPU_STAGE=1",
+        "export OMP_NUM_THREADS=1 LIGHTNING_XPU_STAGE=copy",  # copy mode (mount mode: test_mount_staging.py)
         f"export LIGHTNING_XPU_STAGE_DIR={shlex.quote(str(node_local))}",
         f"export LIGHTNING_XPU_STAGE_STRACE={shlex.quote(str(traces))}",
         *environment.setup_lines,

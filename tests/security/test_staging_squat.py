@@ -178,7 +178,8 @@ class Job:
         return next(line.split(" ", 1)[1] for line in self.output.splitlines() if line.startswith("python-prefix "))
 
     def warnings(self) -> list[str]:
-        return [line for line in self.output.splitlines() if line.startswith("lightning-xpu-stage:")]
+        # Not the line naming the mode (issue 30: "lightning-xpu-stage: copy staging: ..."), said on success too.
+        return [line for line in self.output.splitlines() if line.startswith("lightning-xpu-stage: warning")]
 
 
 def _victim_job(accounts: Accounts, packed: Packed) -> Job:

@@ -17,7 +17,9 @@ What the image holds:
     file system either: the unpacked copy is a standalone Python whose prefix is wherever it lies. Not with
     --base-python (the base's own packages, torch included, are part of the environment there): then the image
     is the venv alone and the base interpreter stays shared (manifest: pack.base.staged = false, with why).
-  conda: conda-pack's archive where conda-pack exists (lightning-xpu-stage runs its conda-unpack).
+  conda: the environment as it is (its interpreter is part of it and finds its prefix relative to its
+    executable; script launchers made relocatable as a venv's): neither conda nor conda-pack is needed to stage
+    it (issue 30).
   Anything else, or a check that fails: no image, one line why (the install itself still succeeds; jobs run
   from the shared install, and lightning-xpu-stage says why).
   A full disk (the image's directory, or where the check unpacks) is no reason to pack less: the image fails
@@ -25,6 +27,11 @@ What the image holds:
   the fix) and so does the install, whose next run, once there is room, builds the image again.
 LIGHTNING_XPU_PACK=0 skips the image; LIGHTNING_XPU_PACK_FORMAT (tar.zst or tar.gz) picks the compressor;
 LIGHTNING_XPU_PACK_CHECK_DIR where the check unpacks.
+
+Beside the tar image, a SquashFS image of the same tree (issue 30), <ENV>/share/lightning-xpu/pack/env.squashfs:
+made by mksquashfs from the very copy the check unpacked and ran (so both images hold the same files), mounted on
+each node by lightning-xpu-stage's mount mode (squashfuse). Copy mode keeps the tar image: see squashfs_options.
+Without mksquashfs, one line says so and the build stages by copying, as before.
 """
 
 from __future__ import annotations
@@ -145,10 +152,7 @@ def refusal(env: Path) -> str:
     if os.environ.get("LIGHTNING_XPU_PACK", "1") == "0":
         return "LIGHTNING_XPU_PACK=0: no image written"
     if (env / "conda-meta").is_dir():
-        if shutil.which("conda-pack"):
-            return ""
-        return ("a conda environment is packed with conda-pack, which is not on PATH (pip install conda-pack, in any "
-                "Python whose bin/ is on PATH, or conda install conda-pack)")
+        return ""
     if not (env / "pyvenv.cfg").is_file():
         return f"only venvs (python -m venv, uv venv) and conda environments can be packed; {env} is neither"
     # A .pth file naming the environment's own path would break in the copy.
@@ -179,6 +183,24 @@ def base_interpreter(env: Path) -> tuple[Base | None, str]:
             and (not libpython or os.path.isfile(libpython))):
         return base, ""
     return None, "cannot locate the base Python's executable and standard library"
+
+
+def squashfs_options() -> list[str]:
+    """mksquashfs's compression and block size. zstd level 3 with 1 MiB blocks: measured on a build of this
+    project (docs/administrators.md, staging), level 3 writes the image several times faster than mksquashfs's
+    default level 15 for an image a few per cent larger, and 1 MiB blocks give a smaller image and fewer reads of
+    the shared file system per imported file than the default 128 KiB (squashfuse reads a whole block per miss;
+    a rank imports most of what it touches). CSCS's uenv squashes with zstd level 3 as well. gzip where this
+    mksquashfs was built without zstd (squashfuse reads both).
+
+    Copy mode keeps the tar image rather than unpacking this one with unsquashfs: the tar image is read once, as
+    a stream, and hashed while it unpacks (sbcast'ed or on the shared file system), with tools (tar, zstd) every
+    compute node has; unsquashfs needs squashfs-tools on every node and reads the image at random, so it would be
+    hashed in a second pass."""
+    listed = output_of(["mksquashfs", "-help"]) + subprocess.run(
+        ["mksquashfs", "-help"], capture_output=True, text=True, check=False).stderr
+    comp = ["-comp", "zstd", "-Xcompression-level", "3"] if "zstd" in listed else ["-comp", "gzip"]
+    return [*comp, "-b", "1M", "-noappend", "-no-progress", "-quiet"]
 
 
 def compressor() -> tuple[str, list[str]]:
@@ -275,6 +297,7 @@ class Packer:
         self.last_error = ""
         self.runpath_kept = False
         self.unpacked_bytes = 0
+        self.squashfs_note = ""  # why there is no SquashFS image, when there is none
 
     def make(self) -> None:
         """The image, or a line why there is none; a full disk fails it (exit 1) with nothing left behind."""
@@ -289,7 +312,8 @@ class Packer:
 
     def fail_full(self, reason: str) -> NoReturn:
         shutil.rmtree(self.dir / ".overlay", ignore_errors=True)
-        for partial in (self.dir / ".env.tmp", *self.dir.glob("env.tar.*")):
+        for partial in (self.dir / ".env.tmp", self.dir / ".env.squashfs.tmp", self.dir / "env.squashfs",
+                        *self.dir.glob("env.tar.*")):
             partial.unlink(missing_ok=True)
         self.format = ""
         try:
@@ -310,10 +334,14 @@ class Packer:
             return
         say(f"+ write an image in {shlex.quote(str(self.dir))}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        if (self.env / "conda-meta").is_dir():
-            self.conda_pack()
-            return
         self.format, self.compress = compressor()
+        if (self.env / "conda-meta").is_dir():
+            # The interpreter is the environment's own: the image is the environment, as it is.
+            if self.tar(with_base=False) and self.verify(with_base=False):
+                self.finish(base_staged=True, note="")
+            else:
+                self.give_up(self.last_error or "the packed environment did not run from another path")
+            return
         self.base, base_why = base_interpreter(self.env)
         if self.base is not None and self.tar(with_base=True) and self.verify(with_base=True):
             self.finish(base_staged=True, note="")
@@ -324,22 +352,6 @@ class Packer:
             self.finish(base_staged=False, note=base_why)
         else:
             self.give_up(self.last_error or "the packed environment did not run from another path")
-
-    def conda_pack(self) -> None:
-        command = ["conda-pack", "--prefix", str(self.env), "--output", str(self.dir / "env.tar.gz"),
-                   "--format", "tar.gz", "--exclude", f"{PACK_DIR}/*", "--force"]
-        say(f"+ {shlex.join(command)}")
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-        sys.stdout.write(done.stdout)
-        if done.returncode != 0:
-            if is_disk_full(done.stdout):
-                raise DiskFull(str(self.dir), done.stdout, FULL_IMAGE_DIR)
-            self.give_up("conda-pack failed (see above)")
-            return
-        # conda-pack writes its archive through a private temporary file (mode 0600): readable like the build.
-        (self.dir / "env.tar.gz").chmod(0o644)
-        self.format, self.unpacked_bytes = "tar.gz", tree_bytes(self.env)
-        self.finish(base_staged=False, note="conda environment: conda-pack's conda-unpack fixes its prefix")
 
     def tar(self, with_base: bool) -> bool:
         """Write the image: the environment, and WITH_BASE the base interpreter merged into it (bin/pythonX.Y a
@@ -362,6 +374,7 @@ class Packer:
             members += ["-C", str(self.env), f"--exclude=./{PACK_DIR}",
                         "--exclude=./share/lightning-xpu/*smoke.json*", "."]
             holds = (f"the environment and the base interpreter {self.base.exe}" if with_base and self.base
+                     else "the conda environment, its interpreter included" if (self.env / "conda-meta").is_dir()
                      else "the environment; the base interpreter stays shared")
             image = shlex.quote(str(self.dir / f"env.{self.format}"))
             say(f"+ tar -c ... | {' '.join(self.compress)} > {image} ({holds})")
@@ -431,7 +444,8 @@ class Packer:
         self.unpacked_bytes = 0
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         library_path = os.environ.get("LD_LIBRARY_PATH")
-        env.update(PYTHONNOUSERSITE="1", LD_LIBRARY_PATH=f"{tmp}/lib" + (f":{library_path}" if library_path else ""))
+        env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1",
+                   LD_LIBRARY_PATH=f"{tmp}/lib" + (f":{library_path}" if library_path else ""))
         try:
             done = subprocess.run(["tar", "-xf", str(self.dir / f"env.{self.format}"), "-C", tmp],
                                   capture_output=True, text=True, check=False)
@@ -439,8 +453,11 @@ class Packer:
                 raise DiskFull(parent, done.stderr, FULL_CHECK_DIR)
             if done.returncode == 0:
                 self.unpacked_bytes = tree_bytes(Path(tmp))
+                self.squash(Path(tmp))  # before the check's Python writes anything there
+                # In the copy (the first sys.path entry of `python -` is the working directory: a checkout's
+                # lightning_xpu there would be imported instead of the copy's).
                 done = subprocess.run([f"{tmp}/bin/python", "-", tmp, "1" if with_base else "0"], input=CHECK,
-                                      env=env, capture_output=True, text=True, check=False)
+                                      env=env, capture_output=True, text=True, check=False, cwd=tmp)
         except OSError as exc:
             done = subprocess.CompletedProcess([], 1, "", str(exc))
         finally:
@@ -451,6 +468,39 @@ class Packer:
             say(self.last_error)
             return False
         return True
+
+    def squash(self, tree: Path) -> None:
+        """env.squashfs from TREE (the unpacked tar image), or squashfs_note saying why there is none."""
+        image, tmp = self.dir / "env.squashfs", self.dir / ".env.squashfs.tmp"
+        image.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+        if not shutil.which("mksquashfs"):
+            self.squashfs_note = ("mksquashfs not found (install squashfs-tools): no SquashFS image, "
+                                  "jobs stage by copying")
+            say(self.squashfs_note)
+            return
+        command = ["mksquashfs", str(tree), str(tmp), *squashfs_options()]
+        say(f"+ {shlex.join(command)}")
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            if is_disk_full(done.stdout):
+                raise DiskFull(str(self.dir), done.stdout, FULL_IMAGE_DIR)
+            lines = done.stdout.strip().splitlines()
+            self.squashfs_note = f"mksquashfs failed (exit {done.returncode}): {lines[-1] if lines else ''}"
+            say(self.squashfs_note)
+            return
+        tmp.rename(image)
+        self.squashfs_note = ""
+
+    def squashfs_fields(self) -> dict[str, str | int]:
+        """pack.env's squashfs_* fields: the image, its sha256 and size, or why there is none."""
+        image = self.dir / "env.squashfs"
+        if self.squashfs_note or not image.is_file():
+            return {"squashfs": "", "squashfs_sha256": "", "squashfs_bytes": 0,
+                    "squashfs_note": self.squashfs_note or "no SquashFS image"}
+        return {"squashfs": str(PACK_DIR / image.name), "squashfs_sha256": sha256(image),
+                "squashfs_bytes": image.stat().st_size, "squashfs_note": ""}
 
     def record(self, status: str, note: str, base_staged: bool = False) -> None:
         """pack.env (for lightning-xpu-stage, read without Python) and pack.json (for the manifest)."""
@@ -465,12 +515,18 @@ class Packer:
             "sha256": sha, "bytes": size, "unpacked_bytes": unpacked, "base_staged": int(base_staged),
             "libpython": int(base_staged and self.runpath_kept), "site": self.site, "tag": self.tag, "note": note,
         }
+        squashfs = self.squashfs_fields() if status == "ok" else {}
+        fields.update(squashfs)
         (self.dir / "pack.env").write_text("".join(f"{key}={value}\n" for key, value in fields.items()))
         record = {
             "status": status, "file": fields["file"] or None, "format": self.format or None, "sha256": sha or None,
             "bytes": size, "unpacked_bytes": unpacked,
             "base": {"staged": base_staged, "why_not": None if base_staged else note} if status == "ok" else None,
             "note": note or None,
+            "squashfs": ({"file": squashfs["squashfs"], "sha256": squashfs["squashfs_sha256"],
+                          "bytes": squashfs["squashfs_bytes"], "options": squashfs_options()}
+                         if squashfs.get("squashfs") else None),
+            "squashfs_note": squashfs.get("squashfs_note") or None,
         }
         (self.dir / "pack.json").write_text(json.dumps(record, indent=2))
 
@@ -479,9 +535,12 @@ class Packer:
         image = self.dir / f"env.{self.format}"
         with_base = ", with the base interpreter" if base_staged else ""
         say(f"image: {image} ({image.stat().st_size // 1048576} MiB{with_base})")
+        squashfs = self.dir / "env.squashfs"
+        if squashfs.is_file() and not self.squashfs_note:
+            say(f"image: {squashfs} ({squashfs.stat().st_size // 1048576} MiB, SquashFS for mount staging)")
 
     def give_up(self, why: str) -> None:
-        for old in self.dir.glob("env.tar.*"):
+        for old in (*self.dir.glob("env.tar.*"), *self.dir.glob("env.squashfs")):
             old.unlink()
         warn(f"no packed image: {why}; jobs run from the shared install")
         self.format = ""
@@ -553,7 +612,7 @@ def main(argv: list[str]) -> int:
         make_relocatable(Path(argv[1]))
     elif argv[:1] == ["make"] and len(argv) == 4:
         lead_own_process_group()
-        os.environ.pop("PYTHONPATH", None)  # what it runs (conda-pack) gets the engine's environment, without it
+        os.environ.pop("PYTHONPATH", None)  # what it runs (tar, mksquashfs, the check) gets the engine's environment, without it
         Packer(Path(argv[1]), argv[2], argv[3]).make()
     elif argv[:1] == ["refusal"] and len(argv) == 2:
         sys.stdout.write(refusal(Path(argv[1])))

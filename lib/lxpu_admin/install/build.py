@@ -238,8 +238,10 @@ def write_pins(state: State) -> None:
 
 
 def pack_relocatable(state: State) -> None:
-    """Before the smoke job, which then tests the environment as it will be packed."""
-    if state.env_manager != "venv":
+    """Before the smoke job, which then tests the environment as it will be packed. Conda builds too (issue 30):
+    their interpreter finds its prefix by itself, and the launchers made relocatable here run it from wherever the
+    build is staged (a copy or a SquashFS mount), with no conda-unpack."""
+    if state.env_manager not in ("venv", "conda"):
         return
     say("+ make the environment relocatable: script launchers and activate find their own directory")
     run(

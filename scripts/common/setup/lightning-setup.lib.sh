@@ -38,9 +38,14 @@ _lxpu_setup() {
   . "$LIGHTNING_XPU_ROOT/lightning-xpu-site.sh"
   hash -r
   # Node-local staging (issue 15, lightning-xpu-stage --help).
-  if [ "${LIGHTNING_XPU_STAGE:-0}" = 1 ] && [ -x "$LIGHTNING_XPU_ROOT/bin/lightning-xpu-stage" ]; then
-    eval "$("$LIGHTNING_XPU_ROOT/bin/lightning-xpu-stage" --shell-if-job)"
-  fi
+  # LIGHTNING_XPU_STAGE=1 picks mount or copy, =mount and =copy force one (issue 30).
+  case "${LIGHTNING_XPU_STAGE:-0}" in
+  1 | mount | copy)
+    if [ -x "$LIGHTNING_XPU_ROOT/bin/lightning-xpu-stage" ]; then
+      eval "$("$LIGHTNING_XPU_ROOT/bin/lightning-xpu-stage" --shell-if-job)"
+    fi
+    ;;
+  esac
 }
 
 # No `set --` here: bash keeps positional parameters a sourced file sets, and they are the caller's.
