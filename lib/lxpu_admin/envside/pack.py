@@ -612,7 +612,8 @@ def main(argv: list[str]) -> int:
         make_relocatable(Path(argv[1]))
     elif argv[:1] == ["make"] and len(argv) == 4:
         lead_own_process_group()
-        os.environ.pop("PYTHONPATH", None)  # what it runs (tar, mksquashfs, the check) gets the engine's environment, without it
+        # What it runs (tar, mksquashfs, the check) gets the engine's environment, without PYTHONPATH.
+        os.environ.pop("PYTHONPATH", None)
         Packer(Path(argv[1]), argv[2], argv[3]).make()
     elif argv[:1] == ["refusal"] and len(argv) == 2:
         sys.stdout.write(refusal(Path(argv[1])))
