@@ -6,17 +6,24 @@ hooks the import of the others. `LIGHTNING_XPU_DISABLE=1` turns all patching off
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import sys
 
 from lightning_xpu import _autoload
-from lightning_xpu._apply import apply_to_imported
+from lightning_xpu._startup import WATCHED_TOP_LEVEL
+
+TYPE_CHECKING = False  # not typing's: the start-up hook imports this package in every Python of an environment
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["XPUAccelerator", "__version__", "report"]
 
 _autoload.install()
-apply_to_imported()
+# Patching machinery only where a Lightning namespace is already imported (never at interpreter start-up).
+if any(name in sys.modules for name in WATCHED_TOP_LEVEL):
+    from lightning_xpu._apply import apply_to_imported
+
+    apply_to_imported()
 
 
 def __getattr__(name: str) -> Any:
@@ -27,5 +34,7 @@ def __getattr__(name: str) -> Any:
 
         return accelerator_class(default_namespace())
     if name == "report":  # `lightning_xpu.report()` prints the patch report; the package itself is callable
+        import importlib
+
         return importlib.import_module("lightning_xpu.report")
     raise AttributeError(f"module 'lightning_xpu' has no attribute {name!r}")
