@@ -4,14 +4,14 @@
 hooks the import of the others. `LIGHTNING_XPU_DISABLE=1` turns all patching off.
 """
 
-from __future__ import annotations
-
 import sys
 
 from lightning_xpu import _autoload
 from lightning_xpu._startup import WATCHED_TOP_LEVEL
 
-TYPE_CHECKING = False  # not typing's: the start-up hook imports this package in every Python of an environment
+# Not typing's TYPE_CHECKING, nor `from __future__ import annotations`: the start-up hook imports this package in
+# every Python of an environment.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -26,7 +26,7 @@ if any(name in sys.modules for name in WATCHED_TOP_LEVEL):
     apply_to_imported()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     # Resolved lazily so that importing lightning_xpu does not import Lightning.
     if name == "XPUAccelerator":
         from lightning_xpu._namespaces import default_namespace

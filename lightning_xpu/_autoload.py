@@ -10,14 +10,14 @@ imports nothing but `os`/`sys` and `lightning_xpu._startup` (issue 30: at most 2
 Everything else is imported only then.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
 from lightning_xpu._startup import DISABLE_VARIABLE, WATCHED_TOP_LEVEL, disabled
 
-TYPE_CHECKING = False  # not typing's: importing typing would cost every Python start
+# Not typing's TYPE_CHECKING, nor `from __future__ import annotations` (quoted annotations instead): each import
+# costs every Python start of the environment.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.abc import Loader
@@ -37,14 +37,14 @@ CACHE_VARIABLES = "LIGHTNING_XPU_CACHE_VARIABLES"
 class _PatchAfterExec:
     """Delegates to the real loader, then applies the patches for the package it just executed."""
 
-    def __init__(self, loader: Loader, fullname: str) -> None:
+    def __init__(self, loader: "Loader", fullname: str) -> None:
         self._loader = loader
         self._fullname = fullname
 
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "ModuleType") -> None:
         # Lightning reads RANK, LOCAL_RANK and SLURM_PROCID with a bare int() while it is imported: a malformed
         # one must be refused by the one launch-input rule first (lightning_xpu/environments/inputs.py).
         from lightning_xpu._apply import apply_for_top_level
@@ -54,7 +54,7 @@ class _PatchAfterExec:
         self._loader.exec_module(module)
         apply_for_top_level(self._fullname)
 
-    def __getattr__(self, name: str) -> Any:  # resource readers, get_filename, is_package, ...
+    def __getattr__(self, name: str) -> "Any":  # resource readers, get_filename, is_package, ...
         return getattr(self._loader, name)
 
 
@@ -67,8 +67,8 @@ class _LightningFinder:
         self.caches = caches
 
     def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
+        self, fullname: str, path: "Sequence[str] | None", target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
         if self.caches and fullname in CACHE_USERS:
             self.caches = False  # once per process: the check is about this node, not about each package
             from lightning_xpu._caches import ensure_node_caches

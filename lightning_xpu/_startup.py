@@ -5,8 +5,6 @@ Standard library `os` only, and nothing at module level but constants: every Pyt
 imports this module (issue 30: the hook may add at most 2 ms to `python -c pass`).
 """
 
-from __future__ import annotations
-
 import os
 
 DISABLE_VARIABLE = "LIGHTNING_XPU_DISABLE"

@@ -275,6 +275,12 @@ def chosen_caches(root: str, environ: Mapping[str, str]) -> tuple[dict[str, str]
     return directories, values
 
 
+def stale_caches(exports: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
+    """The cache variables an earlier load of ours set that EXPORTS does not set again."""
+    listed = environ.get(CACHE_VARIABLES, "").split()
+    return [name for name in (CACHE_ROOT, CACHE_VARIABLES, *listed) if name in environ and name not in exports]
+
+
 def cache_exports(root: str, me: str) -> tuple[dict[str, str], list[str]]:
     """The cache variables and the lines to show: the private directory made now on this node by
     `lightning-xpu-stage --private-dir cache.<build>`, or, where it refuses, no variables and its one line."""
@@ -530,6 +536,8 @@ def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
     exports = environment_exports(root, tag, home)
     caches, said = cache_exports(root, me)
     exports.update(caches)
+    # What an earlier setup script of ours set and this one does not (its cache was refused): no longer set.
+    lines += [f"unset {name}" for name in stale_caches(caches, environ)]
     lines += [f"echo {_word(line)} >&2" for line in said]
     # The user's writable layer (`lightning-xpu user-env`): its bin/ first, and the venv pip and uv install into.
     layer, said = layer_for(prefix, tag, root, me)
