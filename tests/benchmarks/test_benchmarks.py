@@ -95,3 +95,34 @@ def test_install_time_rejects_unknown_cases() -> None:
     done = run("install_time.py", "--cases", "baseline-warm-cache", timeout=60)
     assert done.returncode == 2
     assert "baseline-warm-cache needs --baseline CHECKOUT" in done.stderr
+
+
+def test_hook_startup_reports_the_paired_difference_and_the_hooks_imports(tmp_path: Path) -> None:
+    out = tmp_path / "hook.json"
+    done = run("hook_startup.py", "--pairs", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    for clock in ("wall", "cpu"):
+        assert set(result["start_seconds"][clock]) == {"without hook", "with hook"}
+        assert result["added_seconds_pairs"][clock]["n"] == 2
+    # What the hook imports at start-up, and nothing heavy (issue 30): the package, the hook and its constants.
+    assert set(result["hook_imports_microseconds"]) == {"lightning_xpu", "lightning_xpu._autoload",
+                                                        "lightning_xpu._startup"}  # fmt: skip
+    assert "ms of cpu time to python -c pass (median of 2 paired differences)" in done.stdout
+
+
+def test_image_size_counts_a_tree_and_its_squashfs_image(tmp_path: Path) -> None:
+    root = tmp_path / "build"
+    (root / "lib").mkdir(parents=True)
+    for n in range(5):
+        (root / "lib" / f"m{n}.py").write_text("x = 1\n" * 100)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to("/usr/bin/python3")
+    out = tmp_path / "image.json"
+    done = run("image_size.py", "--root", str(root), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["tree"] | {"disk_bytes": 0} == {"entries": 9, "files": 5, "directories": 3, "links": 1,
+                                                  "bytes": 3000, "disk_bytes": 0}  # fmt: skip
+    assert result["squashfs"]["files"] == 1 and result["squashfs"]["bytes"] > 0
+    assert result["ratio_bytes_image_over_tree"] == result["squashfs"]["bytes"] / 3000

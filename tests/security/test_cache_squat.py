@@ -103,6 +103,8 @@ def test_a_rank_refuses_a_cache_directory_another_account_made_on_its_node(
     assert ran.returncode == 0, ran.stderr
     lines = [line for line in ran.stderr.splitlines() if "compile caches" in line]
     assert len(lines) == 1 and f"refusing {squat}" in lines[0], ran.stderr
+    instead = Path(lines[0].rsplit("this process uses ", 1)[1].removesuffix(" instead"))
+    shutil.rmtree(instead)  # the victim's private temporary directory (the suite's accounts go at its end)
     used = _shown(ran.stdout)
     assert set(used) == set(DIRECTORY_NAMES), ran.stdout
-    assert not any(value.startswith(str(squat)) for value in used.values()), used
+    assert all(value.startswith(f"{instead}/") for value in used.values()), used
