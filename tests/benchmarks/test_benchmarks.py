@@ -126,3 +126,45 @@ def test_image_size_counts_a_tree_and_its_squashfs_image(tmp_path: Path) -> None
                                                   "bytes": 3000, "disk_bytes": 0}  # fmt: skip
     assert result["squashfs"]["files"] == 1 and result["squashfs"]["bytes"] > 0
     assert result["ratio_bytes_image_over_tree"] == result["squashfs"]["bytes"] / 3000
+
+
+def test_staging_modes_reports_every_mode_with_and_without_a_user_layer(tmp_path: Path) -> None:
+    """On a prefix laid out as an install leaves it, packed as the install's pack step does (tar.gz and pack.env,
+    the fields lxpu_engine/pack.py writes): none and copy measured, mount measured or said to be unavailable."""
+    from tests.install import install_harness as h
+
+    prefix = tmp_path / "a prefix"
+    prefix.mkdir()
+    root = h.laid_out_prefix(prefix)
+    subprocess.run(["install", "-m", "0755", str(h.REPO / "scripts/common/stage/lightning-xpu-stage"),
+                    str(root / "bin")], check=True)  # fmt: skip
+    pack = root / "share" / "lightning-xpu" / "pack"
+    pack.mkdir()
+    image = tmp_path / "env.tar.gz"
+    subprocess.run(["tar", "-czf", str(image), "-C", str(root), "."], check=True)
+    image.rename(pack / "env.tar.gz")
+    sha = subprocess.run(["sha256sum", str(pack / "env.tar.gz")], capture_output=True, text=True, check=True)
+    (pack / "pack.env").write_text(
+        f"status=ok\nfile=share/lightning-xpu/pack/env.tar.gz\nformat=tar.gz\nsha256={sha.stdout.split()[0]}\n"
+        f"bytes={(pack / 'env.tar.gz').stat().st_size}\nunpacked_bytes=1000000\nbase_staged=0\nlibpython=0\n"
+        f"site=generic\ntag={h.TAG}\nnote=the environment; the base interpreter stays shared\n"
+    )
+    layer = tmp_path / "layer"
+    (layer / "bin").mkdir(parents=True)
+    out = tmp_path / "modes.json"
+    done = run("staging_modes.py", "--root", str(prefix / h.TAG), "--layer", str(layer), "--ranks", "2",
+               "--repeats", "1", "--code", "import lightning_xpu", "--json", str(out), timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [(r["mode"], bool(r["layer"])) for r in results] == [
+        (mode, layered) for layered in (False, True) for mode in ("none", "copy", "mount")
+    ]
+    for result in results:
+        if result["mode"] != "mount" or result["available"]:
+            stage = result.get("stage", {}).get("shared", 0)
+            assert result["shared_per_node"] == stage + 2 * result["rank"]["shared"], result
+            assert result["ready_seconds"]["n"] == (0 if result["mode"] == "none" else 1)
+        else:
+            assert "does not offer mount" in result["why"], result
+    none, copy = results[0], results[1]
+    assert copy["rank"]["shared"] < none["rank"]["shared"], (none["rank"], copy["rank"])
