@@ -27,7 +27,10 @@ from _common import REPO, machine, print_table, rotations, summary, worker_env, 
 
 BUDGET_SECONDS = 0.030
 
-PTH_LINE = 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
+PTH_LINE = (
+    'import sys; any(hasattr(f, "find_spec") and f.find_spec("lightning_xpu", None) for f in sys.meta_path)'
+    ' and __import__("lightning_xpu._autoload")\n'
+)
 
 TIMED = "import time; t0 = time.perf_counter(); {body}; print(time.perf_counter() - t0)"
 BODIES = {

@@ -4,21 +4,29 @@
 hooks the import of the others. `LIGHTNING_XPU_DISABLE=1` turns all patching off.
 """
 
-from __future__ import annotations
-
-from typing import Any
+import sys
 
 from lightning_xpu import _autoload
-from lightning_xpu._apply import apply_to_imported
+from lightning_xpu._startup import WATCHED_TOP_LEVEL
 from lightning_xpu._version import __version__
+
+# Not typing's TYPE_CHECKING, nor `from __future__ import annotations`: the start-up hook imports this package in
+# every Python of an environment.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["XPUAccelerator", "__version__", "report"]
 
 _autoload.install()
-apply_to_imported()
+# Patching machinery only where a Lightning namespace is already imported (never at interpreter start-up).
+if any(name in sys.modules for name in WATCHED_TOP_LEVEL):
+    from lightning_xpu._apply import apply_to_imported
+
+    apply_to_imported()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     # Resolved lazily so that importing lightning_xpu does not import Lightning.
     if name == "XPUAccelerator":
         from lightning_xpu._namespaces import default_namespace

@@ -8,12 +8,11 @@ keep working off XPU whatever a new Lightning release moved. `lightning_xpu.vers
 from __future__ import annotations
 
 import importlib
-import os
 
 from lightning_xpu._namespaces import Namespace, imported_namespaces, namespaces_for
 from lightning_xpu._patching import patching_by, record
-
-DISABLE_VARIABLE = "LIGHTNING_XPU_DISABLE"
+from lightning_xpu._startup import DISABLE_VARIABLE as DISABLE_VARIABLE
+from lightning_xpu._startup import disabled as disabled
 
 # Modules holding `apply_fabric(namespace)`; applied to lightning.fabric and lightning_fabric.
 # One module per line (merge-friendly). fabric_cli stays last: importing Fabric's cli module freezes its
@@ -43,11 +42,6 @@ PYTORCH_PATCHES: tuple[str, ...] = (
 )
 
 _done: set[tuple[str, str]] = set()
-
-
-def disabled() -> bool:
-    """`LIGHTNING_XPU_DISABLE=1` (or true/yes) turns every patch off."""
-    return os.environ.get(DISABLE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _run(module_name: str, function: str, namespace: Namespace, package: str) -> None:

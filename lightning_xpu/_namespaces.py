@@ -12,6 +12,9 @@ import sys
 from dataclasses import dataclass
 from types import ModuleType
 
+# The top-level packages whose import triggers patching: defined where the start-up hook (`_autoload`) reads it.
+from lightning_xpu._startup import WATCHED_TOP_LEVEL as WATCHED_TOP_LEVEL
+
 
 @dataclass(frozen=True)
 class Namespace:
@@ -32,10 +35,6 @@ class Namespace:
 LIGHTNING = Namespace(pytorch="lightning.pytorch", fabric="lightning.fabric")
 STANDALONE = Namespace(pytorch="pytorch_lightning", fabric="lightning_fabric")
 STANDALONE_FABRIC = Namespace(pytorch=None, fabric="lightning_fabric")
-
-# The top-level packages whose import triggers patching (see `_autoload`).
-WATCHED_TOP_LEVEL = ("lightning", "pytorch_lightning", "lightning_fabric")
-
 
 def namespaces_for(top_level: str) -> tuple[Namespace, ...]:
     """The namespaces that are complete once `top_level` has been imported."""

@@ -80,6 +80,7 @@ end
 
 local root = pathJoin(prefix, tag)
 local user_layer = nil
+local cache_env = {} -- the node-local compile caches' variables (lxpu_admin/envside/setup_lib.py cache_exports)
 -- BEGIN build pinning and lease (docs/architecture.md "Install layout"; lxpu_admin/install/leases.py): resolve
 -- <prefix>/<tag> now to the ONE immutable build it points to, so a rebuild changes nothing for this job, record a
 -- lease <prefix>/.leases/<build>@<host>.<job>.<random> that keeps installs, --prune and --uninstall from removing
@@ -108,6 +109,13 @@ do
     local layer = pathJoin(os.getenv("LIGHTNING_XPU_USER_BASE")
       or pathJoin(os.getenv("HOME") or "", ".local/lightning-xpu"), tag)
     if os.getenv("VIRTUAL_ENV") == layer then user_layer = layer end
+    -- The cache variables the load set are the ones it listed (a variable the user set was never in the list).
+    local listed = os.getenv("LIGHTNING_XPU_CACHE_VARIABLES")
+    if listed then
+      for name in ("LIGHTNING_XPU_CACHE LIGHTNING_XPU_CACHE_VARIABLES " .. listed):gmatch("%S+") do
+        cache_env[#cache_env + 1] = {name, os.getenv(name) or ""}
+      end
+    end
     if holds_fd then
       execute{cmd = "[ -z \"${__lxpu_lease_fd:-}\" ] || { exec {__lxpu_lease_fd}<&-; unset __lxpu_lease_fd; }",
         modeA = {"unload"}}
@@ -125,6 +133,9 @@ do
       if key == "root" then pinned = value
       elseif key == "layer" then user_layer = value
       elseif key == "say" then LmodMessage(value)
+      elseif key == "env" then
+        local name, setting = value:match("^([%w_]+)=(.*)$")
+        if name then cache_env[#cache_env + 1] = {name, setting} end
       elseif key == "flock" and holds_fd then execute{cmd = value, modeA = {"load"}}
       elseif key ~= "flock" then LmodMessage("lightning-xpu/" .. tag .. ": " .. line)
       end
@@ -194,6 +205,9 @@ if user_layer then
   pushenv("VIRTUAL_ENV", user_layer)
 end
 pushenv("LIGHTNING_XPU_ROOT", root)
+-- Node-local compile caches (Triton, TorchInductor, SYCL, Level Zero), unless set before: pushenv, so that unload
+-- puts back exactly what was there.
+for _, setting in ipairs(cache_env) do pushenv(setting[1], setting[2]) end
 -- Jupyter lists the install's prefix-wide kernel specs (`lightning-xpu kernel install --prefix-wide`,
 -- lightning_xpu/commands/kernel.py) wherever the module is loaded; the setup script adds the same directory.
 prepend_path("JUPYTER_PATH", pathJoin(prefix, "share/jupyter"))

@@ -95,3 +95,76 @@ def test_install_time_rejects_unknown_cases() -> None:
     done = run("install_time.py", "--cases", "baseline-warm-cache", timeout=60)
     assert done.returncode == 2
     assert "baseline-warm-cache needs --baseline CHECKOUT" in done.stderr
+
+
+def test_hook_startup_reports_the_paired_difference_and_the_hooks_imports(tmp_path: Path) -> None:
+    out = tmp_path / "hook.json"
+    done = run("hook_startup.py", "--pairs", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    for clock in ("wall", "cpu"):
+        assert set(result["start_seconds"][clock]) == {"without hook", "with hook"}
+        assert result["added_seconds_pairs"][clock]["n"] == 2
+    # What the hook imports at start-up, and nothing heavy (issue 30): the package, the hook and its constants.
+    assert set(result["hook_imports_microseconds"]) == {"lightning_xpu", "lightning_xpu._autoload",
+                                                        "lightning_xpu._startup"}  # fmt: skip
+    assert "ms of cpu time to python -c pass (median of 2 paired differences)" in done.stdout
+
+
+def test_image_size_counts_a_tree_and_its_squashfs_image(tmp_path: Path) -> None:
+    root = tmp_path / "build"
+    (root / "lib").mkdir(parents=True)
+    for n in range(5):
+        (root / "lib" / f"m{n}.py").write_text("x = 1\n" * 100)
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to("/usr/bin/python3")
+    out = tmp_path / "image.json"
+    done = run("image_size.py", "--root", str(root), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["tree"] | {"disk_bytes": 0} == {"entries": 9, "files": 5, "directories": 3, "links": 1,
+                                                  "bytes": 3000, "disk_bytes": 0}  # fmt: skip
+    assert result["squashfs"]["files"] == 1 and result["squashfs"]["bytes"] > 0
+    assert result["ratio_bytes_image_over_tree"] == result["squashfs"]["bytes"] / 3000
+
+
+def test_staging_modes_reports_every_mode_with_and_without_a_user_layer(tmp_path: Path) -> None:
+    """On a prefix laid out as an install leaves it, packed as the install's pack step does (tar.gz and pack.env,
+    the fields lxpu_admin/envside/pack.py writes): none and copy measured, mount measured or said to be unavailable."""
+    from tests.install import install_harness as h
+
+    prefix = tmp_path / "a prefix"
+    prefix.mkdir()
+    root = h.laid_out_prefix(prefix)
+    subprocess.run(["install", "-m", "0755", str(h.REPO / "scripts/common/stage/lightning-xpu-stage"),
+                    str(root / "bin")], check=True)  # fmt: skip
+    pack = root / "share" / "lightning-xpu" / "pack"
+    pack.mkdir()
+    image = tmp_path / "env.tar.gz"
+    subprocess.run(["tar", "-czf", str(image), "-C", str(root), "."], check=True)
+    image.rename(pack / "env.tar.gz")
+    sha = subprocess.run(["sha256sum", str(pack / "env.tar.gz")], capture_output=True, text=True, check=True)
+    (pack / "pack.env").write_text(
+        f"status=ok\nfile=share/lightning-xpu/pack/env.tar.gz\nformat=tar.gz\nsha256={sha.stdout.split()[0]}\n"
+        f"bytes={(pack / 'env.tar.gz').stat().st_size}\nunpacked_bytes=1000000\nbase_staged=0\nlibpython=0\n"
+        f"site=generic\ntag={h.TAG}\nnote=the environment; the base interpreter stays shared\n"
+    )
+    layer = tmp_path / "layer"
+    (layer / "bin").mkdir(parents=True)
+    out = tmp_path / "modes.json"
+    done = run("staging_modes.py", "--root", str(prefix / h.TAG), "--layer", str(layer), "--ranks", "2",
+               "--repeats", "1", "--code", "import lightning_xpu", "--json", str(out), timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [(r["mode"], bool(r["layer"])) for r in results] == [
+        (mode, layered) for layered in (False, True) for mode in ("none", "copy", "mount")
+    ]
+    for result in results:
+        if result["mode"] != "mount" or result["available"]:
+            stage = result.get("stage", {}).get("shared", 0)
+            assert result["shared_per_node"] == stage + 2 * result["rank"]["shared"], result
+            assert result["ready_seconds"]["n"] == (0 if result["mode"] == "none" else 1)
+        else:
+            assert "does not offer mount" in result["why"], result
+    none, copy = results[0], results[1]
+    assert copy["rank"]["shared"] < none["rank"]["shared"], (none["rank"], copy["rank"])

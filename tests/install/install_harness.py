@@ -525,7 +525,8 @@ def make_prebuilt_env(dest: Path, source: Path, base: str | None = None) -> Path
     (site_packages / "_lightning_xpu_base.pth").write_text(base_sites)
     (site_packages / "_lightning_xpu_source.pth").write_text(f"{source}\n")
     (site_packages / "lightning_xpu-autoload.pth").write_text(
-        'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
+        'import sys; any(hasattr(f, "find_spec") and f.find_spec("lightning_xpu", None) for f in sys.meta_path)'
+        ' and __import__("lightning_xpu._autoload")\n'
     )
     (dest / "lightning-xpu-site.sh").write_text("")
     (dest / "lightning-xpu-site-modules.txt").write_text("")

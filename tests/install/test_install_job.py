@@ -19,7 +19,8 @@ from lightning_xpu.validation.schema import check_report
 pytestmark = pytest.mark.install
 
 AUTOLOAD_LINE = (
-    'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")'
+    'import sys; any(hasattr(f, "find_spec") and f.find_spec("lightning_xpu", None) for f in sys.meta_path)'
+    ' and __import__("lightning_xpu._autoload")'
 )
 
 

@@ -209,6 +209,96 @@ def environment_exports(root: str, tag: str, home: str) -> dict[str, str]:
     return exports
 
 
+# ---- compile and JIT caches (issue 30): node-local, private, per user and build -------------------------------
+# Triton, TorchInductor and the SYCL/Level Zero runtimes keep compiled kernels (code that is loaded again) in
+# caches under $HOME or a predictable /tmp path by default: on a shared file system that is inode quota and stale
+# handles at scale (pytorch/pytorch#196993, #173679). The module and setup script point them at
+# <node tmp>/lxpu-<uid>/cache.<build>, the private directory lightning-xpu-stage --private-dir makes (the ONE helper
+# for per-user node-local paths), unless the user or the site set them. Ranks on other nodes make theirs when they
+# first import torch or triton, through the same helper (lightning_xpu/_caches.py).
+CACHE_ROOT = "LIGHTNING_XPU_CACHE"
+CACHE_VARIABLES = "LIGHTNING_XPU_CACHE_VARIABLES"
+# (names: a group is left alone when any of them is set; directories set under the cache root; fixed values).
+CACHE_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str], dict[str, str]], ...] = (
+    # triton-lang/triton python/triton/knobs.py@v3.5.0 (cache_knobs): TRITON_CACHE_DIR, else
+    # $TRITON_HOME/.triton/cache: a TRITON_HOME of the user's own decides where the cache goes.
+    (("TRITON_CACHE_DIR", "TRITON_HOME"), {"TRITON_CACHE_DIR": "triton"}, {}),
+    # pytorch/pytorch torch/_inductor/runtime/cache_dir_utils.py@v2.9.0 (cache_dir: else /tmp/torchinductor_<user>).
+    (("TORCHINDUCTOR_CACHE_DIR",), {"TORCHINDUCTOR_CACHE_DIR": "inductor"}, {}),
+    # intel/llvm sycl/source/detail/config.def@v6.2.0 (SYCL_CACHE_PERSISTENT, off by default; SYCL_CACHE_DIR, else
+    # $XDG_CACHE_HOME or $HOME/.cache/libsycl_cache): on, since node-local costs no quota.
+    (("SYCL_CACHE_PERSISTENT", "SYCL_CACHE_DIR"), {"SYCL_CACHE_DIR": "sycl"}, {"SYCL_CACHE_PERSISTENT": "1"}),
+    # intel/compute-runtime shared/source/compiler_interface/linux/default_cache_config.cpp@25.18.33578.6
+    # (NEO_CACHE_PERSISTENT, on by default; NEO_CACHE_DIR, else $XDG_CACHE_HOME/neo_compiler_cache or
+    # $HOME/.cache/neo_compiler_cache; a NEO_CACHE_DIR that does not exist turns the cache off). Level Zero's loader
+    # has no cache variable of its own (ZE_*): the compute runtime caches for it.
+    (("NEO_CACHE_PERSISTENT", "NEO_CACHE_DIR"), {"NEO_CACHE_DIR": "neo"}, {}),
+)
+STAGE_HELPER = "bin/lightning-xpu-stage"
+
+
+def run_helper(argv: list[str]) -> tuple[int, str]:
+    """ARGV's exit status and its output (stdout and stderr together). posix_spawn, not subprocess: subprocess's
+    imports would cost every load several milliseconds."""
+    read, write = os.pipe()
+    actions = [(os.POSIX_SPAWN_DUP2, write, 1), (os.POSIX_SPAWN_DUP2, write, 2), (os.POSIX_SPAWN_CLOSE, read)]
+    try:
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+    finally:
+        os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), b"".join(chunks).decode(errors="replace").strip()
+
+
+def site_sets(root: str, name: str) -> bool:
+    """Whether the site's variables (lightning-xpu-site.sh, `export NAME="${NAME:-value}"` lines) set NAME."""
+    try:
+        with open(f"{root}/lightning-xpu-site.sh") as handle:
+            return f"export {name}=" in handle.read()
+    except OSError:
+        return False
+
+
+def chosen_caches(root: str, environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The cache variables to set ({name: sub-directory}, {name: value}): every group none of whose names the user
+    or the site set (a name a previous load of ours set counts as unset)."""
+    ours = set(environ.get(CACHE_VARIABLES, "").split())
+    directories: dict[str, str] = {}
+    values: dict[str, str] = {}
+    for names, group_directories, group_values in CACHE_GROUPS:
+        if any((name in environ and name not in ours) or site_sets(root, name) for name in names):
+            continue
+        directories.update(group_directories)
+        values.update(group_values)
+    return directories, values
+
+
+def stale_caches(exports: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
+    """The cache variables an earlier load of ours set that EXPORTS does not set again."""
+    listed = environ.get(CACHE_VARIABLES, "").split()
+    return [name for name in (CACHE_ROOT, CACHE_VARIABLES, *listed) if name in environ and name not in exports]
+
+
+def cache_exports(root: str, me: str) -> tuple[dict[str, str], list[str]]:
+    """The cache variables and the lines to show: the private directory made now on this node by
+    `lightning-xpu-stage --private-dir cache.<build>`, or, where it refuses, no variables and its one line."""
+    directories, values = chosen_caches(root, os.environ)
+    helper = f"{root}/{STAGE_HELPER}"
+    if not directories or not os.access(helper, os.X_OK):
+        return {}, []
+    name = "cache." + "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(root))
+    status, out = run_helper([helper, "--private-dir", name])
+    if status != 0 or not out.startswith("/") or "\n" in out:
+        why = out.splitlines()[-1].removeprefix("lightning-xpu-stage: error: ") if out else f"exit status {status}"
+        return {}, [f"{me}: warning: compile caches stay at their defaults (not node-local): {why}"]
+    exports = {CACHE_ROOT: out, CACHE_VARIABLES: " ".join([*directories, *values])}
+    exports.update({variable: f"{out}/{sub}" for variable, sub in directories.items()})
+    return {**exports, **values}, []
+
+
 # ---- the user layer (`lightning-xpu user-env`, lightning_xpu/commands/userenv.py, which loads this file) ----------
 # A layer is a venv of the user's own. It belongs to one prefix and tag, and records the build it was made (or last
 # repointed) over, with that build's Python and pins, in LAYER_RECORD. Its site .pth adds the environment's
@@ -447,6 +537,11 @@ def setup_lines(prefix: str, tag: str, pid: str) -> list[str]:
         lines.append(f'PATH={_word(f"{root}/bin")}"${{PATH:+:$PATH}}"')
         path = f"{root}/bin:{path}"
     exports = environment_exports(root, tag, home)
+    caches, said = cache_exports(root, me)
+    exports.update(caches)
+    # What an earlier setup script of ours set and this one does not (its cache was refused): no longer set.
+    lines += [f"unset {name}" for name in stale_caches(caches, environ)]
+    lines += [f"echo {_word(line)} >&2" for line in said]
     # The user's writable layer (`lightning-xpu user-env`): its bin/ first, and the venv pip and uv install into.
     layer, said = layer_for(prefix, tag, root, me)
     if layer:
@@ -469,7 +564,8 @@ def with_jupyter(prefix: str, listed: str) -> str:
 def modulefile_lines(prefix: str, tag: str) -> list[str]:
     """What the modulefile body (modulefiles/lightning-xpu/.lightning-xpu.lua) reads, one `key=value` a line: the
     pinned build (root=), the shell line that holds the lease's flock (flock=; the body runs it in bash and zsh),
-    the user layer to enable (layer=) and each line to show (say=). Outside a scheduler the lease's holder is the
+    the user layer to enable (layer=), each variable to set (env=NAME=VALUE: the caches) and each line to show
+    (say=). Outside a scheduler the lease's holder is the
     session leader: Lmod runs in a child of the shell."""
     me, root = f"lightning-xpu/{tag}", pinned_build(f"{prefix}/{tag}")
     lease, said = lease_lines(prefix, root, str(os.getsid(0)), me, "module", "__lxpu_lease_fd")
@@ -477,6 +573,8 @@ def modulefile_lines(prefix: str, tag: str) -> list[str]:
     if os.path.isfile(f"{root}/bin/python"):
         layer, said = layer_for(prefix, tag, root, me)
         lines += [*([f"layer={layer}"] if layer else []), *(f"say={line}" for line in said)]
+        caches, said = cache_exports(root, me)
+        lines += [*(f"env={name}={value}" for name, value in caches.items()), *(f"say={line}" for line in said)]
     return [line for line in lines if "\n" not in line]
 
 

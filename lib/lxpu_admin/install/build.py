@@ -20,7 +20,10 @@ from lxpu_admin.install.state import State, fail, quote, run, say, warn
 # The repository's files lightning_xpu's wheel is built from (inputs.py hashes them too).
 PACKAGE_SOURCES = ("pyproject.toml", "setup.cfg", "setup.py", "README.md", "README.rst", "LICENSE", "lightning_xpu")
 # The autoload hook: any interpreter of the environment imports lightning_xpu._autoload at start-up.
-_HOOK = 'import importlib.util as _u; _u.find_spec("lightning_xpu") and __import__("lightning_xpu._autoload")\n'
+_HOOK = (
+    'import sys; any(hasattr(f, "find_spec") and f.find_spec("lightning_xpu", None) for f in sys.meta_path)'
+    ' and __import__("lightning_xpu._autoload")\n'
+)
 
 
 def share(state: State) -> str:
