@@ -1,14 +1,13 @@
 """Node-local compile caches on every node of a job (issue 30).
 
-The module or setup script points Triton's, TorchInductor's and the SYCL/Level Zero runtimes' caches at
-<node tmp>/lxpu-<uid>/cache.<build> (LIGHTNING_XPU_CACHE; the variables it chose in
-LIGHTNING_XPU_CACHE_VARIABLES; lxpu_admin/envside/setup_lib.py cache_exports) and makes that directory on the node where it is loaded. A rank on another
-node inherits the variables but not the directory, and the path is predictable: another account could have made
-it there first, and the caches hold code that gets loaded. So before torch or triton is first imported (the
+The module or setup script points Triton's, TorchInductor's and the SYCL/Level Zero runtimes' caches at <node
+tmp>/lxpu-<uid>/cache.<build> (LIGHTNING_XPU_CACHE; the variables it chose in LIGHTNING_XPU_CACHE_VARIABLES;
+lxpu_admin/envside/setup_lib.py cache_exports) and makes that directory on the node where it is loaded. A rank on
+another node inherits the variables but not the directory, and the path is predictable: another account could have
+made it there first, and the caches hold code that gets loaded. So before torch or triton is first imported (the
 start-up hook, `_autoload`), the directory is made or checked on this node by the ONE helper for private node-local
 paths, `lightning-xpu-stage --private-dir`. Where it refuses, this process and its children use a new private
-temporary directory instead, with one warning line naming the refusal and its fix.
-"""
+temporary directory instead, with one warning line naming the refusal and its fix."""
 
 from __future__ import annotations
 
