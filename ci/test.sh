@@ -41,25 +41,29 @@ declare -A STAGE_TESTS=(
 )
 declare -A STAGE_MARKERS=([unit]="$UNIT_MARKERS" [services]="$SERVICE_MARKERS")
 RESULTS_DIR="$LXPU_REPO_ROOT/build/ci-results"
+# The HOME the README's install command runs with, once per run: its 2.13-cpu install is SHARED_HOME/lightning-xpu.
+SHARED_HOME="$LXPU_REPO_ROOT/build/ci-home"
 BASE="$LXPU_REPO_ROOT/build/venvs/base"
 LINT="$LXPU_REPO_ROOT/build/venvs/lint"
 
 # What each stage needs prepared (its tests' markers and tools), from PREPARATION: the ci/services/install.sh
-# parts (debian: the packages, shellcheck and Lmod among them; impi: Intel MPI), the services started (munge,
-# slurm) and the ci/venvs.sh targets (lint: ruff alone; base; lightning: one venv per Lightning version;
-# conda-channel: the local conda channel of tests/install/test_conda_layer.py).
-PREPARATION=(debian impi munge slurm lint base lightning conda-channel)
+# parts (shellcheck: that one package, for lint; debian: every package, shellcheck and Lmod among them; impi:
+# Intel MPI), the services started (munge, slurm), the ci/venvs.sh targets (lint: ruff alone; base; lightning:
+# one venv per Lightning version; conda-channel: the local conda channel of tests/install/test_conda_layer.py) and
+# readme-install: the README's install command run once into SHARED_HOME (a real install takes minutes; the
+# stages that need a finished 2.13-cpu install share this one, see tests/docs/readme_install.py).
+PREPARATION=(shellcheck debian impi munge slurm lint base lightning conda-channel readme-install)
 ALL_NEEDS="debian impi munge slurm base lightning conda-channel"
 declare -A STAGE_NEEDS=(
-    [lint]="debian lint"
+    [lint]="shellcheck lint"
     [ci]="$ALL_NEEDS"
     [recipes]="debian munge slurm base"
     [unit]="debian base lightning"
     [services]="debian impi munge slurm base conda-channel"
     [security]="debian munge slurm base"
-    [multinode]="$ALL_NEEDS"
+    [multinode]="$ALL_NEEDS readme-install"
     [benchmarks]="$ALL_NEEDS"
-    [docs]="$ALL_NEEDS"
+    [docs]="$ALL_NEEDS readme-install"
 )
 
 usage() {
@@ -148,6 +152,7 @@ needed() {
     for step in "${PREPARATION[@]}"; do
         [[ "$wanted" == *" $step "* ]] || continue
         [[ "$step" != lint || "$wanted" != *" base "* ]] || continue
+        [[ "$step" != shellcheck || "$wanted" != *" debian "* ]] || continue  # debian installs shellcheck too
         printf '%s\n' "$step"
     done
 }
@@ -161,7 +166,7 @@ among() {
         ! needs "$word" || printf '%s ' "$word"
     done
 }
-INSTALL_PARTS="$(among debian impi)"
+INSTALL_PARTS="$(among shellcheck debian impi)"
 VENV_TARGETS="$(among lint base lightning conda-channel)"
 print_plan() {
     if ((OFFLINE)); then
@@ -171,6 +176,7 @@ print_plan() {
         ! needs munge || printf 'plan: start munge\n'
         ! needs slurm || printf 'plan: start slurm\n'
         [[ -z "$VENV_TARGETS" ]] || printf 'plan: venvs %s\n' "${VENV_TARGETS% }"
+        ! needs readme-install || printf 'plan: readme-install into %s\n' "$SHARED_HOME"
     fi
     printf 'plan: stages %s\n' "${SELECTED[*]}"
 }
@@ -248,6 +254,24 @@ fi
 if needs debian; then
     [[ -x "$LXPU_MPICH_MPIEXEC" ]] || ci_die "$LXPU_MPICH_MPIEXEC is missing: run bash ci/services/install.sh debian"
     [[ -r "$LXPU_LMOD_INIT" ]] || ci_die "$LXPU_LMOD_INIT is missing: run bash ci/services/install.sh debian"
+fi
+# make_shared_install: the README's install command, run as the docs test runs it, with a fresh SHARED_HOME (this
+# run's checkout, never an older run's install); its output and exit status are recorded beside SHARED_HOME for
+# the docs test to check. A failure fails the stages that use it, not the run's preparation.
+make_shared_install() {
+    local started
+    started="$(now)"
+    # A previous run's builds are read-only (sealed): make them removable first.
+    [[ ! -e "$SHARED_HOME" ]] || chmod -R u+w "$SHARED_HOME"
+    rm -rf "$SHARED_HOME"
+    ci_log "the README's install command, once for the stages that share it (HOME=$SHARED_HOME)"
+    "$BASE/bin/python" -m tests.docs.readme_install "$SHARED_HOME" | tail -n 3 \
+        || ci_log "the README's install command FAILED: the stages that use it fail with its output"
+    ci_log "shared install made in $(elapsed "$started") s"
+}
+if needs readme-install; then
+    make_shared_install
+    export LXPU_SHARED_INSTALL_HOME="$SHARED_HOME"
 fi
 ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
 
@@ -399,16 +423,19 @@ stage_dir() {
     run_pytest "$BASE" "$1"
 }
 stage_ci() { stage_dir "${STAGE_TESTS[ci]}"; }
-# The multi-node ranks run in an environment the install job built, loaded through its modulefile (issue 5):
-# the README's install command into build/ci-prefix (a no-op when it is already installed with these inputs).
+# The multi-node ranks run in an environment the install job built, loaded through its modulefile (issue 5): the
+# one the README's install command made before the stages (make_shared_install).
 stage_multinode() {
-    local prefix="$LXPU_REPO_ROOT/build/ci-prefix" rc=0
+    local prefix="$SHARED_HOME/lightning-xpu" rc=0
     if [[ ! -d tests/multinode ]]; then
         STAGE_SKIPPED="tests/multinode not present"
         return 0
     fi
-    printf -- '--- install job for the ranks into %s\n' "$prefix"
-    bash scripts/generic/install_lightning_2.13.sh --variant cpu --pip-source system --prefix "$prefix" || return 1
+    printf -- '--- the ranks load the install the README'"'"'s command made in %s\n' "$prefix"
+    if [[ ! -f "$prefix/modulefiles/lightning-xpu/2.13-cpu.lua" ]]; then
+        printf -- '--- FAILED: no 2.13-cpu install in %s: the README'"'"'s install command failed (see the preparation)\n' "$prefix"
+        return 1
+    fi
     export LXPU_MULTINODE_MODULE=lightning-xpu/2.13-cpu LXPU_MULTINODE_MODULEPATH="$prefix/modulefiles"
     stage_dir "${STAGE_TESTS[multinode]}" || rc=1
     unset LXPU_MULTINODE_MODULE LXPU_MULTINODE_MODULEPATH
