@@ -36,6 +36,7 @@ def record_path(home: Path) -> Path:
 
 def run_readme_install(home: Path) -> dict[str, Any]:
     """Run the README's install block with HOME (created) and record the run beside HOME; the record."""
+    record_path(home).unlink(missing_ok=True)  # an earlier run's record never stands for this one
     block = readme_block("install")
     home.mkdir(parents=True, exist_ok=True)
     result = run_block(block, cwd=REPO, env=block_env(home), script=home.parent / f"{home.name}.install-block.sh",
