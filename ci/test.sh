@@ -23,7 +23,14 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_STAGES=(lint ci recipes unit services security multinode benchmarks docs)
+ALL_STAGES=(lint ci recipes unit multinode services security benchmarks docs)
+# CI has 2 cores. The services stage is mostly one process (install jobs, Slurm jobs and the waits for them) for most
+# of the run: it runs in the background beside the stages in BESIDE_SERVICES that follow it, which touch nothing of
+# its (their own prefixes, homes and Slurm jobs on a 16-CPU node). Any other stage waits for it first: lint, ci
+# (it restarts and drains the Slurm node), recipes, unit (two pytest processes keep both cores busy) and multinode
+# (its own two-host cluster; it rebuilds the shared install the docs stage uses).
+BACKGROUND_STAGES=(services)
+BESIDE_SERVICES=(security benchmarks docs)
 OFFLINE_STAGES=(lint recipes)
 UNIT_MARKERS="not slurm and not mpi and not impi and not install and not multinode and not cuda"
 SERVICE_MARKERS="slurm or mpi or impi or lmod or install"
@@ -79,11 +86,12 @@ and a venv with ruff alone; no service). Stages, in order (default: all):
   recipes     python recipes/render.py check; pytest tests/recipes
   unit        pytest tests/runtime -m "$UNIT_MARKERS",
               once per Lightning venv (the older ones beside the newest's run)
+  multinode   pytest tests/multinode, the ranks loading the README's install (made before the stages)
   services    pytest tests/runtime tests/install -m "$SERVICE_MARKERS" (base venv)
   security    pytest tests/security: throwaway Unix accounts attack a shared install (needs root)
-  multinode   the install job into build/ci-prefix, then pytest tests/multinode with its module
   benchmarks  pytest tests/benchmarks
   docs        pytest tests/docs
+The services stage runs in the background beside ${BESIDE_SERVICES[*]} (its output follows when it ends).
 A stage whose files are not present is skipped with a note; a present test directory that collects
 no test fails its stage.
 
@@ -209,7 +217,13 @@ stop_beside() {
         [[ -z "$children" ]] || kill $children 2>/dev/null || true
     done
 }
-trap 'stop_beside; stop_started_services' EXIT
+BACKGROUND_PIDS=()  # a stage running in the background (BACKGROUND_STAGES): ended with the run
+stop_background() {
+    ((${#BACKGROUND_PIDS[@]})) || return 0
+    BESIDE_PIDS=("${BACKGROUND_PIDS[@]}")
+    stop_beside
+}
+trap 'stop_beside; stop_background; stop_started_services' EXIT
 
 # start_service NAME: start ci/services/NAME.sh; remember it only if it was not already running.
 start_service() {
@@ -448,31 +462,86 @@ stage_benchmarks() { stage_dir "${STAGE_TESTS[benchmarks]}"; }
 stage_docs() { stage_dir "${STAGE_TESTS[docs]}"; }
 
 # ---- run ---------------------------------------------------------------------------------------
-SUMMARY=()
-ALL_REPORTS=()
-FAILED_STAGES=0
-for CURRENT_STAGE in "${SELECTED[@]}"; do
-    printf '\n==================== stage %s ====================\n' "$CURRENT_STAGE"
+# run_stage STAGE: the stage, timed, with its header, output and closing line. What the summary needs goes into
+# files (a stage run in the background keeps no variable of this shell): STAGE.row (its summary line),
+# STAGE.reports (its JUnit reports, one a line) and STAGE.failed (present when it failed).
+run_stage() {
+    CURRENT_STAGE="$1"
     STAGE_REPORTS=()
     STAGE_SKIPPED=""
+    local started duration result=passed counts=""
+    printf '\n==================== stage %s ====================\n' "$CURRENT_STAGE"
     started="$(now)"
-    result=passed
     "stage_$CURRENT_STAGE" || result=FAILED
     duration="$(elapsed "$started")"
-    counts=""
+    : >"$RESULTS_DIR/$CURRENT_STAGE.reports"
     if [[ -n "$STAGE_SKIPPED" ]]; then
         result=skipped
         counts="not present: $STAGE_SKIPPED"
         printf 'skipped: %s\n' "$counts"
     elif ((${#STAGE_REPORTS[@]})); then
         counts="$("$PYTHON_BIN" ci/junit_summary.py "${STAGE_REPORTS[@]}")"
-        ALL_REPORTS+=("${STAGE_REPORTS[@]}")
+        printf '%s\n' "${STAGE_REPORTS[@]}" >"$RESULTS_DIR/$CURRENT_STAGE.reports"
     fi
-    [[ "$result" != FAILED ]] || FAILED_STAGES=$((FAILED_STAGES + 1))
+    [[ "$result" != FAILED ]] || : >"$RESULTS_DIR/$CURRENT_STAGE.failed"
     printf -- '---- stage %s %s in %s s\n' "$CURRENT_STAGE" "$result" "$duration"
-    SUMMARY+=("$(printf '%-11s %-8s %8s s  %s' "$CURRENT_STAGE" "$result" "$duration" "$counts")")
-done
+    printf '%-11s %-8s %8s s  %s\n' "$CURRENT_STAGE" "$result" "$duration" "$counts" >"$RESULTS_DIR/$CURRENT_STAGE.row"
+}
 
+# is_in WORD LIST...: whether WORD is one of LIST.
+is_in() {
+    local word="$1"
+    shift
+    [[ " $* " == *" $word "* ]]
+}
+
+# The background stage (one at most): started by start_background, its output shown by join_background.
+BACKGROUND_STAGE=""
+start_background() {
+    BACKGROUND_STAGE="$1"
+    printf '\n==================== stage %s: in the background beside %s (its output follows when it ends)\n' \
+        "$1" "$2"
+    run_stage "$1" >"$RESULTS_DIR/$1.log" 2>&1 &
+    BACKGROUND_PIDS=("$!")
+}
+join_background() {
+    [[ -n "$BACKGROUND_STAGE" ]] || return 0
+    wait "${BACKGROUND_PIDS[0]}" || true
+    BACKGROUND_PIDS=()
+    cat "$RESULTS_DIR/$BACKGROUND_STAGE.log"
+    BACKGROUND_STAGE=""
+}
+
+# beside_next INDEX: the stages selected after SELECTED[INDEX] that may run beside it (the next ones in BESIDE_SERVICES).
+beside_next() {
+    local stage followers=()
+    for stage in "${SELECTED[@]:$1+1}"; do
+        is_in "$stage" "${BESIDE_SERVICES[@]}" || break
+        followers+=("$stage")
+    done
+    printf '%s' "${followers[*]}"
+}
+
+FAILED_STAGES=0
+for index in "${!SELECTED[@]}"; do
+    stage="${SELECTED[index]}"
+    is_in "$stage" "${BESIDE_SERVICES[@]}" || join_background
+    beside="$(beside_next "$index")"
+    if is_in "$stage" "${BACKGROUND_STAGES[@]}" && [[ -n "$beside" ]]; then
+        start_background "$stage" "$beside"
+    else
+        run_stage "$stage"
+    fi
+done
+join_background
+
+SUMMARY=()
+ALL_REPORTS=()
+for stage in "${SELECTED[@]}"; do
+    SUMMARY+=("$(cat "$RESULTS_DIR/$stage.row")")
+    mapfile -t -O "${#ALL_REPORTS[@]}" ALL_REPORTS <"$RESULTS_DIR/$stage.reports"
+    [[ ! -e "$RESULTS_DIR/$stage.failed" ]] || FAILED_STAGES=$((FAILED_STAGES + 1))
+done
 printf '\n==================== summary ====================\n'
 printf '%-11s %-8s %10s  %s\n' stage result duration tests
 printf '%s\n' "${SUMMARY[@]}"
