@@ -538,6 +538,11 @@ join_background
 SUMMARY=()
 ALL_REPORTS=()
 for stage in "${SELECTED[@]}"; do
+    if [[ ! -f "$RESULTS_DIR/$stage.row" ]]; then  # the stage's shell ended before its summary (e.g. killed)
+        SUMMARY+=("$(printf '%-11s %-8s %10s  no result: see its output above' "$stage" FAILED -)")
+        FAILED_STAGES=$((FAILED_STAGES + 1))
+        continue
+    fi
     SUMMARY+=("$(cat "$RESULTS_DIR/$stage.row")")
     mapfile -t -O "${#ALL_REPORTS[@]}" ALL_REPORTS <"$RESULTS_DIR/$stage.reports"
     [[ ! -e "$RESULTS_DIR/$stage.failed" ]] || FAILED_STAGES=$((FAILED_STAGES + 1))
