@@ -28,7 +28,8 @@ ALL_STAGES=(lint ci recipes unit multinode services security benchmarks docs)
 # of the run: it runs in the background beside the stages in BESIDE_SERVICES that follow it, which touch nothing of
 # its (their own prefixes, homes and Slurm jobs on a 16-CPU node). Any other stage waits for it first: lint, ci
 # (it restarts and drains the Slurm node), recipes, unit (two pytest processes keep both cores busy) and multinode
-# (its own two-host cluster; it rebuilds the shared install the docs stage uses).
+# (its own two-host cluster; it rebuilds the shared install the docs stage uses). A new stage whose tests keep to
+# their own prefixes, homes and Slurm jobs, and never stop or drain a service, belongs in BESIDE_SERVICES.
 BACKGROUND_STAGES=(services)
 BESIDE_SERVICES=(security benchmarks docs)
 OFFLINE_STAGES=(lint recipes)
