@@ -19,13 +19,13 @@ IMPI_VENV="$LXPU_REPO_ROOT/build/venvs/impi"
 
 usage() {
     cat <<USAGE
-Usage: bash ci/services/install.sh [debian] [impi] [--help]
+Usage: bash ci/services/install.sh [shellcheck] [debian] [impi] [--help]
 
 Installs what is missing of: Debian packages ${DEBIAN_PACKAGES[*]}
 (apt-get runs only when one is missing) and Intel MPI (PyPI impi-rt==$IMPI_VERSION) into
 build/venvs/impi (its launcher: build/venvs/impi/bin/mpiexec). Re-running is a fast no-op.
-Naming parts installs only those (bash ci/test.sh --stage lint needs only debian, for shellcheck);
-the default is both.
+Naming parts installs only those: shellcheck is that one Debian package (all that
+bash ci/test.sh --stage lint needs); the default is debian and impi.
 
 Environment: LXPU_IMPI_VERSION overrides the impi-rt version; LXPU_PYTHON_BIN the python
 used for the Intel MPI venv (default: python3.11).
@@ -41,8 +41,18 @@ debian_missing() {
 }
 
 install_debian() {
+    install_debian_packages "${DEBIAN_PACKAGES[@]}"
+}
+
+# Lint's one package: shellcheck, and the venv module of the python that builds its ruff venv.
+install_shellcheck() {
+    install_debian_packages shellcheck
+}
+
+# install_debian_packages PACKAGE...: apt-get install those of PACKAGE... (and python3.11-venv) that are missing.
+install_debian_packages() {
     local missing=()
-    mapfile -t missing < <(debian_missing "${DEBIAN_PACKAGES[@]}")
+    mapfile -t missing < <(debian_missing "$@")
     # The system python3.11 needs Debian's venv module; a python3.11 from elsewhere brings its own.
     if ! "$PYTHON_BIN" -c 'import ensurepip, venv' 2>/dev/null; then
         missing+=(python3.11-venv)
@@ -94,8 +104,8 @@ main() {
     for part in "$@"; do
         case "$part" in
             -h | --help) usage; exit 0 ;;
-            debian | impi) parts+=("$part") ;;
-            *) ci_die "unknown argument '$part': expected debian, impi or --help" ;;
+            shellcheck | debian | impi) parts+=("$part") ;;
+            *) ci_die "unknown argument '$part': expected shellcheck, debian, impi or --help" ;;
         esac
     done
     ((${#parts[@]})) || parts=(debian impi)

@@ -22,7 +22,7 @@ def plan(*args: str) -> dict[str, list[str]]:
     """`bash ci/test.sh --plan ARGS`: {"install": [...], "start": [...], "venvs": [...], "stages": [...]}."""
     result = run_script("ci/test.sh", "--plan", *args)
     assert result.returncode == 0, result.stderr
-    steps: dict[str, list[str]] = {"install": [], "start": [], "venvs": [], "stages": []}
+    steps: dict[str, list[str]] = {"install": [], "start": [], "venvs": [], "readme-install": [], "stages": []}
     for line in result.stdout.splitlines():
         word, _, rest = line.removeprefix("plan: ").partition(" ")
         if word in steps:
@@ -32,7 +32,20 @@ def plan(*args: str) -> dict[str, list[str]]:
 
 def test_lint_alone_starts_no_service_and_builds_no_lightning_venv() -> None:
     steps = plan("--stage", "lint")
-    assert steps == {"install": ["debian"], "start": [], "venvs": ["lint"], "stages": ["lint"]}
+    # Only shellcheck of the Debian packages (issue 28: lint installed Slurm and munge among the rest).
+    assert steps == {"install": ["shellcheck"], "start": [], "venvs": ["lint"], "readme-install": [],
+                     "stages": ["lint"]}
+
+
+@pytest.mark.parametrize(("stages", "shared"), [(["docs"], True), (["multinode"], True), (["unit", "services"], False),
+                                                (["lint", "docs"], True)])
+def test_one_readme_install_is_made_before_the_stages_that_share_it(stages: list[str], shared: bool) -> None:
+    steps = plan(*(word for stage in stages for word in ("--stage", stage)))
+    assert bool(steps["readme-install"]) == shared
+    if shared:
+        assert steps["readme-install"] == ["into", str(REPO / "build" / "ci-home")]
+        # the install command the README gives needs everything the docs' own install needed
+        assert steps["install"] == ["debian", "impi"] and "base" in steps["venvs"]
 
 
 def test_the_full_run_prepares_everything_in_order_and_lints_with_base() -> None:
@@ -40,6 +53,7 @@ def test_the_full_run_prepares_everything_in_order_and_lints_with_base() -> None
     assert steps["install"] == ["debian", "impi"]
     assert steps["start"] == ["munge", "slurm"]
     assert steps["venvs"] == ["base", "lightning", "conda-channel"]  # no lint venv: base's ruff has the same pin
+    assert steps["readme-install"]  # once, for the docs and multinode stages
     assert steps["stages"][0] == "lint" and len(steps["stages"]) == len(set(steps["stages"])) > 1
 
 

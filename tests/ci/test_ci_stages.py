@@ -36,9 +36,24 @@ def run_stages(repo: Path, *stages: str, offline: bool = False) -> subprocess.Co
     )  # fmt: skip
 
 
-def write_test(repo: Path, directory: str, body: str) -> None:
-    (repo / "tests" / directory).mkdir(parents=True)
-    (repo / "tests" / directory / f"test_{directory}_sample.py").write_text(body)
+def write_test(repo: Path, directory: str, body: str, name: str = "sample") -> None:
+    (repo / "tests" / directory).mkdir(parents=True, exist_ok=True)
+    (repo / "tests" / directory / f"test_{directory}_{name}.py").write_text(body)
+
+
+# A test that writes build/handshake/MINE, then waits for build/handshake/THEIRS (written by a test of another
+# stage): it passes only where the two stages ran at the same time.
+HANDSHAKE = (
+    "import time\nfrom pathlib import Path\n\n"
+    "def handshake(mine, theirs):\n"
+    "    folder = Path('build/handshake')\n"
+    "    folder.mkdir(exist_ok=True)\n"
+    "    (folder / mine).touch()\n"
+    "    deadline = time.monotonic() + 120\n"
+    "    while not (folder / theirs).exists():\n"
+    "        assert time.monotonic() < deadline, f'{theirs} never ran beside {mine}'\n"
+    "        time.sleep(0.2)\n"
+)
 
 
 # One full run (its preparation is most of its cost) shows every stage outcome at once.
@@ -48,11 +63,15 @@ def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo
         scratch_repo, "benchmarks",
         "def test_ok():\n    assert True\n\ndef test_broken():\n    assert 1 == 2\n",
     )  # fmt: skip
+    # services runs in the background beside the docs stage (CI's 2 cores): each stage's test waits for the other's.
     write_test(
         scratch_repo,
         "docs",
-        "import os\n\ndef test_required():\n    assert os.environ['LXPU_REQUIRE_SERVICES'] == '1'\n",
+        HANDSHAKE + "import os\n\ndef test_required():\n    assert os.environ['LXPU_REQUIRE_SERVICES'] == '1'\n"
+        "    handshake('docs', 'services')\n",
     )
+    write_test(scratch_repo, "runtime", HANDSHAKE + "import pytest\n\n@pytest.mark.slurm\ndef test_beside():\n"
+               "    handshake('services', 'docs')\n", name="services")  # fmt: skip
     # unit: once per Lightning venv, the older ones in the background; the oldest's run fails.
     write_test(
         scratch_repo,
@@ -63,7 +82,7 @@ def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo
         "    assert Path(os.environ['VIRTUAL_ENV']) != oldest\n",
     )
     venvs = len(list((scratch_repo / "build" / "venvs" / "lightning").iterdir()))
-    result = run_stages(scratch_repo, "ci", "unit", "multinode", "benchmarks", "docs")
+    result = run_stages(scratch_repo, "ci", "unit", "multinode", "services", "benchmarks", "docs")
     out = result.stdout
     assert result.returncode == 1, result.stderr
     assert "skipped: not present: tests/multinode not present" in out
@@ -71,12 +90,15 @@ def test_stage_outcomes_are_summed_and_a_failed_stage_fails_the_run(scratch_repo
     unit = out.split("==================== stage unit ====================", 1)[1].split("---- stage unit ", 1)
     assert unit[0].count("--- pytest tests/runtime") == venvs and unit[0].count("--- FAILED: pytest") == 1
     summary = out.split("==================== summary ====================", 1)[1].splitlines()
-    rows = {line.split()[0]: line.split()[1] for line in summary[2:7]}
-    assert rows == {"ci": "FAILED", "unit": "FAILED", "multinode": "skipped", "benchmarks": "FAILED", "docs": "passed"}
+    rows = [line.split()[:2] for line in summary[2:8]]
+    assert rows == [["ci", "FAILED"], ["unit", "FAILED"], ["multinode", "skipped"], ["services", "passed"],
+                    ["benchmarks", "FAILED"], ["docs", "passed"]]
     # The re-runs on the older Lightning venvs are counted apart (ci/junit_summary.py).
     older = f"re-runs on older Lightning: {venvs - 2} passed, 1 failed"
     assert next(line for line in summary if line.startswith("unit ")).endswith(f"1 passed, 0 failed; {older}")
-    assert summary[-1].startswith(f"==================== 3 passed, 1 failed; {older} in ")
+    assert "1 passed, 0 failed" in next(line for line in summary if line.startswith("services "))
+    assert "stage services: in the background beside benchmarks docs" in out
+    assert summary[-1].startswith(f"==================== 4 passed, 1 failed; {older} in ")
     assert "3 stage(s) failed" in result.stderr
 
 
