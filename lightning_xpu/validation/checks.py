@@ -1,8 +1,8 @@
 """The site validation job's checks (the `site` level of lightning_xpu/validation/framework.py): each exercises one
 XPU-only path that CI only simulates.
 
-Every check is a small function registered in `CHECKS` (in the order the job runs them), with the framework's
-rules: a one-line reason when it passes, `CheckFailed(reason)`, `CheckSkipped(reason)`; a check marked
+Every check is a small function registered for the `site` level (framework.checks_of, in the order the job runs
+them), with the framework's rules: a one-line reason when it passes, `CheckFailed(reason)`, `CheckSkipped(reason)`; a check marked
 `needs_xpu` is skipped with "no Intel GPU" where XPU cannot be used: a machine without an Intel GPU never reports
 one as passed.
 
@@ -32,7 +32,6 @@ from lightning_xpu.validation.framework import (
     CheckSkipped,
     Context,
     check,
-    checks_of,
     free_port,
     local_env,
     record_ranks,
@@ -41,7 +40,7 @@ from lightning_xpu.validation.framework import (
     tail,
 )
 
-__all__ = ["CHECKS", "NO_XPU", "CheckFailed", "CheckSkipped", "Context", "free_port", "local_env", "run_check",
+__all__ = ["NO_XPU", "CheckFailed", "CheckSkipped", "Context", "free_port", "local_env", "run_check",
            "run_checks", "run_worker"]
 
 WORKER = "lightning_xpu.validation.worker"
@@ -543,7 +542,3 @@ def check_checkpoint_fsdp_full(context: Context) -> str:
     return _checkpoint_round_trip(context, "fsdp", "FSDP full checkpoint", state_dict_type="full")
 
 
-# The communication check lives in its own module (it registers itself, after the checks above).
-from lightning_xpu.validation import comms  # noqa: E402, F401
-
-CHECKS = checks_of("site")

@@ -28,10 +28,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_xpu.validation import checks
+from lightning_xpu.validation.comms_report import CHECK_NAME
 from lightning_xpu.validation.framework import CheckFailed, CheckSkipped, Context, Outcome, check, local_env
 
 WORKER = "lightning_xpu.validation.comms_worker"
-CHECK_NAME = "communication"
 DEFAULT_MAX_BYTES = {"xpu": 1 << 30, "cpu": 64 << 10}  # on CPU, gloo proves the path, not a link
 DEFAULT_DEADLINE_S = {"xpu": 600.0, "cpu": 120.0}
 # The documented alternatives, in the order they are tried (each alone, against the site's own settings).
@@ -113,16 +114,12 @@ def _backend(context: Context) -> tuple[str, str]:
     """(backend, device): the XPU collective backend on XPU, gloo on CPU (it stands in for oneCCL)."""
     if not context.xpu:
         return "gloo", "cpu"
-    from lightning_xpu.validation.checks import _worker_backend
-
-    return _worker_backend(context), context.accelerator
+    return checks._worker_backend(context), context.accelerator
 
 
 def _attempt(context: Context, scope: Scope, combination: Combination, max_bytes: int,
              deadline: float) -> list[dict[str, Any]]:
     """Run the sweep once with `combination` (CheckFailed on a failure or when the deadline passes)."""
-    from lightning_xpu.report import checks
-
     backend, device = _backend(context)
     args = ["--backend", backend, "--device", device, "--max-bytes", str(max_bytes)]
     if scope.name == "node":
@@ -222,7 +219,7 @@ def _summary(scope: Scope, backend: str) -> str:
 
 
 def _site_name() -> str:
-    from lightning_xpu.validation.model import install_manifest
+    from lightning_xpu.install_facts import install_manifest
 
     return str((install_manifest().get("recipe") or {}).get("site") or "<site>")
 

@@ -38,8 +38,12 @@ from lightning_xpu.validation.oneccl import oneccl_variables
 
 NO_XPU = "no Intel GPU"
 INJECT_VARIABLE = "LIGHTNING_XPU_SMOKE_INJECT_FAILURE"
-# Each level and the module that registers its checks (imported when the level is asked for).
-LEVEL_MODULES = {"smoke": "lightning_xpu.validation.smoke", "site": "lightning_xpu.validation.checks"}
+# Each level and the modules that register its checks, in the order they run (imported when the level is asked for;
+# the communication check comes after the site's other checks and builds on them, so it is a module of its own).
+LEVEL_MODULES = {
+    "smoke": ("lightning_xpu.validation.smoke",),
+    "site": ("lightning_xpu.validation.checks", "lightning_xpu.validation.comms"),
+}
 LEVELS = tuple(LEVEL_MODULES)
 # Launcher variables a local launch must not inherit from the batch script (else Lightning takes it for srun, and
 # the smoke job would test the job's task layout instead of the environment).
@@ -131,7 +135,8 @@ def checks_of(level: str) -> list[ValidationCheck]:
     """The registered checks of a level, in the order they run (importing the module that defines them)."""
     if level not in REGISTRY:
         raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
-    __import__(LEVEL_MODULES[level])
+    for module in LEVEL_MODULES[level]:
+        __import__(module)
     return REGISTRY[level]
 
 

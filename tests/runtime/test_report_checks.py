@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from lightning_xpu.validation import FAIL, PASS, SKIP, checks, worker
-from lightning_xpu.validation.checks import CHECKS, NO_XPU, Context, run_check
+from lightning_xpu.validation.checks import NO_XPU, Context, run_check
+from lightning_xpu.validation.framework import checks_of
 
-BY_NAME = {spec.name: spec for spec in CHECKS}
+BY_NAME = {spec.name: spec for spec in checks_of("site")}
 
 
 @pytest.fixture
@@ -33,13 +34,13 @@ def outcome(name: str, context: Context) -> tuple[str, str]:
 
 def test_without_an_intel_gpu_every_xpu_check_is_skipped(tmp_path: Path) -> None:
     context = Context("xpu", 0, tmp_path, xpu=False, unusable="XPU cannot be used: CPU build")
-    results = {spec.name: run_check(spec, context) for spec in CHECKS if spec.needs_xpu}
+    results = {spec.name: run_check(spec, context) for spec in checks_of("site") if spec.needs_xpu}
     assert len(results) >= 15
     assert {(r.status, r.reason) for r in results.values()} == {(SKIP, NO_XPU)}
 
 
 def test_the_check_names_are_unique_and_cover_the_issue() -> None:
-    names = [spec.name for spec in CHECKS]
+    names = [spec.name for spec in checks_of("site")]
     assert len(names) == len(set(names))
     for wanted in ("device_properties", "collectives_local", "collectives_nodes", "bf16_fit", "fsdp_fit", "ddp_srun",
                    "ddp_mpiexec", "profiler_xpu", "memory_stats", "oom_detection", "rng_round_trip",
@@ -299,4 +300,4 @@ def test_runtime(context, monkeypatch) -> None:
 def test_the_xpu_guide_documents_every_check() -> None:
     guide = (Path(__file__).resolve().parents[2] / "docs" / "xpu-guide.md").read_text()
     section = guide.split("## Site validation job", 1)[1].split("\n## ", 1)[0]
-    assert [spec.name for spec in CHECKS if f"`{spec.name}`" not in section] == []
+    assert [spec.name for spec in checks_of("site") if f"`{spec.name}`" not in section] == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lightning_xpu.commands.cli import main
-from lightning_xpu.report import comms
+from lightning_xpu.validation import comms
 from lightning_xpu.validation.bundle import REDACTED, write_bundle
 from lightning_xpu.validation.comms_report import svg_chart
 from lightning_xpu.validation.comms_worker import message_sizes
