@@ -3,8 +3,8 @@ XPU-only path that CI only simulates.
 
 Every check is a small function registered for the `site` level (framework.checks_of, in the order the job runs
 them), with the framework's rules: a one-line reason when it passes, `CheckFailed(reason)`, `CheckSkipped(reason)`;
-a check marked `needs_xpu` is skipped with "no Intel GPU" where XPU cannot be used: a machine without an Intel GPU never reports
-one as passed.
+a check marked `needs_xpu` is skipped with "no Intel GPU" where XPU cannot be used: a machine without an Intel GPU
+never reports one as passed.
 
 `Context.accelerator` is where the tensor work runs: "xpu" at a site. The unit tests run the same functions with
 "cpu" while `torch.xpu`'s device queries are simulated (tests/conftest.py `simulated_xpu`), because tensors
