@@ -33,11 +33,12 @@ PTH_NAME = "lightning_xpu-autoload.pth"
 
 
 def hook_line() -> str:
-    """The line the install writes (lxpu_admin/install/build.py _HOOK): measured as shipped, never a copy of it."""
-    sys.path.insert(0, str(REPO / "scripts" / "common" / "install"))
-    from lxpu_admin.install.build import _HOOK
-
-    return _HOOK
+    """The line the install writes (lxpu_admin/install/build.py _HOOK): measured as shipped, never a copy of it. Read
+    by a child that finds the admin package as bin/lightning-xpu-admin does (PYTHONPATH=lib)."""
+    done = subprocess.run([sys.executable, "-c", "from lxpu_admin.install.build import _HOOK; print(_HOOK, end='')"],
+                          env={**os.environ, "PYTHONPATH": str(REPO / "lib")}, capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    return done.stdout
 
 
 def make_venv(dest: Path, python: str, source: Path, line: str | None) -> Path:
