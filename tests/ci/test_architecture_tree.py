@@ -21,9 +21,14 @@ def tree_lines(text: str) -> list[str]:
     return [line for line in block.splitlines() if line.strip() and not line.startswith("```")]
 
 
+def sites() -> list[str]:
+    """The sites, from the data (recipes/sites/<site>.toml): the tree says `<site>/`, never a list that goes stale."""
+    return sorted(path.stem for path in (REPO / "recipes" / "sites").glob("*.toml"))
+
+
 def named_paths(lines: list[str]) -> set[str]:
     """Every path the tree names, relative to the repository: `names  # what`, two spaces of indent a level, a name
-    ending in / a folder whose more indented lines are inside it."""
+    ending in / a folder whose more indented lines are inside it; `<site>` stands for each site."""
     parents: list[tuple[int, str]] = []
     named: set[str] = set()
     for line in lines:
@@ -36,7 +41,8 @@ def named_paths(lines: list[str]) -> set[str]:
         base = parents[-1][1] if parents else ""
         words = names.split()
         for word in words:
-            named.add(base + word.rstrip("/"))
+            for site in sites() if "<site>" in word else [None]:
+                named.add(base + (word.replace("<site>", site) if site else word).rstrip("/"))
         if len(words) == 1 and words[0].endswith("/"):
             parents.append((indent, base + words[0]))
     return named
@@ -79,8 +85,9 @@ def test_the_tree_names_every_folder_and_package_module() -> None:
 def test_the_reader_finds_nesting_and_missing_entries() -> None:
     """The checks above see a module left out and a folder's children under it (a reader that named nothing would
     pass them vacuously)."""
-    lines = ["lib/  # a", "  pkg/  # b", "    one.py two.py  # c", "docs/  # d"]
-    assert named_paths(lines) == {"lib", "lib/pkg", "lib/pkg/one.py", "lib/pkg/two.py", "docs"}
+    lines = ["lib/  # a", "  pkg/  # b", "    one.py two.py  # c", "docs/  # d", "  <site>/  # e"]
+    assert named_paths(lines) == {"lib", "lib/pkg", "lib/pkg/one.py", "lib/pkg/two.py", "docs",
+                                  *(f"docs/{site}" for site in sites())}  # fmt: skip
     files = ["lightning_xpu/__init__.py", "lightning_xpu/a.py", "lightning_xpu/sub/b.py", "docs/x/y/z.md"]
     assert required_paths(files) == {"lightning_xpu", "lightning_xpu/a.py", "lightning_xpu/sub",
                                      "lightning_xpu/sub/b.py", "docs", "docs/x"}  # fmt: skip
