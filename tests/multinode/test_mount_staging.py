@@ -132,7 +132,8 @@ def _host_mounts(cluster: Cluster, host: str) -> list[str]:
 
 def _assert_nothing_left(cluster: Cluster, node_local: Path) -> None:
     """No mount under the node-local directory and no staged copy on any host: only the private directory stays,
-    empty and mode 0700. The holders end with the job: waited for a few seconds."""
+    mode 0700, holding at most the node-local compile caches (cache.<build>, kept on the node for the next job on
+    purpose: docs/xpu-guide.md). The holders end with the job: waited for a few seconds."""
     deadline = time.monotonic() + 15
     while True:
         left = {}
@@ -140,7 +141,8 @@ def _assert_nothing_left(cluster: Cluster, node_local: Path) -> None:
             mounts = [m for m in _host_mounts(cluster, host.name) if m.startswith(f"{node_local}/")]
             local = Path(f"{node_local}.{host.name}")
             private = local / f"lxpu-{os.getuid()}"
-            inside = sorted(p.name for p in private.iterdir()) if private.is_dir() else []
+            kept = private.iterdir() if private.is_dir() else iter(())
+            inside = sorted(p.name for p in kept if not p.name.startswith("cache."))
             entries = sorted(p.name for p in local.iterdir())
             if mounts or inside or entries != [private.name]:
                 left[host.name] = {"mounts": mounts, "in private dir": inside, "node-local": entries}

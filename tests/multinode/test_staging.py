@@ -145,11 +145,13 @@ def test_ddp_from_node_local_copies_staged_with_sbcast(
     for host, figures in per_node.items():
         assert figures["ranks"] + figures["unpack"] <= GOAL_PER_NODE, (host, figures, counted_paths)
 
-    # Cleaned up on every node at the end of the job: only the private directory stays, empty and private (while it
-    # is there, no other account can take its name on that node).
+    # Cleaned up on every node at the end of the job: only the private directory stays, private (while it is there,
+    # no other account can take its name on that node), holding at most the node-local compile caches (cache.<build>,
+    # kept for the next job on that node on purpose: docs/xpu-guide.md).
     for host in cluster.nodes:
         local = Path(f"{node_local}.{host.name}")
         left = sorted(p.name for p in local.iterdir())
         assert left == [f"lxpu-{os.getuid()}"], (host.name, left)
         kept = local / left[0]
-        assert list(kept.iterdir()) == [] and kept.lstat().st_mode & 0o7777 == 0o700, (host.name, kept)
+        staged = [p for p in kept.iterdir() if not p.name.startswith("cache.")]
+        assert staged == [] and kept.lstat().st_mode & 0o7777 == 0o700, (host.name, staged)

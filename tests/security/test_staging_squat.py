@@ -217,10 +217,13 @@ def test_planted_old_layout_is_ignored_and_the_job_runs_from_its_own_private_cop
     _attacker_never_ran(scene)
     assert job.warnings() == [], job.output
     assert job.python_prefix() == f"{scene.squat}/stage.{job.id}/{h.TAG}", job.output
-    # The per-user directory stays, the victim's and private; the job's copy is gone with the job.
+    # The per-user directory stays, the victim's and private; the job's copy is gone with the job. What stays in it
+    # are the node-local compile caches (cache.<build>, kept for the next job on purpose), the victim's and private.
     info = scene.squat.lstat()
     assert (info.st_uid, oct(info.st_mode & 0o7777)) == (accounts.victim.uid, oct(0o700))
-    assert list(scene.squat.iterdir()) == []
+    left = list(scene.squat.iterdir())
+    assert all(path.name.startswith("cache.") for path in left), left
+    assert all((path.lstat().st_uid, path.lstat().st_mode & 0o077) == (accounts.victim.uid, 0) for path in left), left
 
 
 @pytest.mark.parametrize("layout", ["attacker's directory", "a link to the attacker's directory",
