@@ -17,9 +17,11 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from lxpu_admin import paths
+
 pytestmark = pytest.mark.install
 
-ENGINE = h.REPO / "scripts" / "common" / "install"
+ENGINE = paths.LIB  # what PYTHONPATH holds to find the admin package
 
 
 def _stand_in_venv(dest: Path) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version as PepVersion
 
-from .. import lockbind
+from .. import lockbind, paths
 from .errors import RecipeError
 from .matrix import Variant, Version
 from .reach import unreachable_index_line
@@ -155,7 +155,7 @@ def _conda_lines(recipes: Recipes, versions: list[Version]) -> list[str]:
     every package's sha256): written where the recipe's conda channels are reachable, else one line why."""
     lines = []
     channels = [f"--channel={channel}" for channel in recipes.matrix.conda_channels]
-    env = {**os.environ, "PYTHONPATH": str(recipes.repo_root / "scripts" / "common" / "install")}
+    env = {**os.environ, "PYTHONPATH": str(paths.LIB)}  # the admin package, as bin/lightning-xpu-admin finds it
     for python in sorted({version.python for version in versions}):
         out = recipes.repo_root / CONDA_LOCKS / f"python-{python}.txt"
         command = [sys.executable, "-B", "-m", "lxpu_admin.install.conda_layer", "lock", str(out), f"--python={python}"]
