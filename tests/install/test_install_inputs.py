@@ -157,8 +157,9 @@ def test_dry_run_prints_every_step_and_creates_nothing(
     for n in range(1, h.STEP_TOTAL + 1):
         assert f"[{n}/{h.STEP_TOTAL}]" in result.output
     printed = h.commands(result.output)
+    # Fetching uv's wheel, the default installer: named on the installer's line (unless the tool cache keeps it).
+    assert "-m pip download --no-deps --require-hashes" in result.output
     for command in (
-        "-m pip download --no-deps --require-hashes",  # fetching uv's wheel, the default installer
         "/bin/uv venv --quiet --relocatable",
         "/bin/uv pip install",
         "--require-hashes -r",

@@ -131,7 +131,8 @@ class Installer:
         self.uv = f"{self.uv_dir}/bin/uv"
         if state.dry:
             argv = toolcache.download_argv(self.uv_python, f"{self.uv_dir}.wheels", state.pip_options, lock)
-            say(f"installer: + {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into {quote(self.uv_dir)}")  # noqa: E501
+            say(f"installer: + {quote(*argv)} (unless the tool cache keeps the wheel), then unpacked into "
+                f"{quote(self.uv_dir)}")
         elif not self._provide(lock):
             return self.setup()
         self.why = self.why or "default"
