@@ -521,7 +521,9 @@ def test_uninstall_keeps_builds_in_use_and_other_versions(
     holder.wait()
     result = run(pre, prefix, "--prune", "--keep", "0")
     assert result.returncode == 0 and builds(prefix) == [other_build], result.output
-    assert not (prefix / f"modulefiles/lightning-xpu/{h.TAG}.lua").exists() and not hidden.exists()
+    assert not (prefix / f"modulefiles/lightning-xpu/{h.TAG}.lua").exists()
+    # Its hiding line goes with it (.modulerc.lua stays where it marks the bare module's default, issue 28).
+    assert f"lightning-xpu/{h.TAG}" not in (hidden.read_text() if hidden.exists() else "")
     # Installing again starts afresh.
     result = run(pre, prefix)
     assert result.returncode == 0 and "installed" in result.last_line, result.output
