@@ -8,7 +8,6 @@ import sys
 
 from lightning_xpu import _autoload
 from lightning_xpu._startup import WATCHED_TOP_LEVEL
-from lightning_xpu._version import __version__
 
 # Not typing's TYPE_CHECKING, nor `from __future__ import annotations`: the start-up hook imports this package in
 # every Python of an environment.
@@ -33,6 +32,10 @@ def __getattr__(name: str) -> "Any":
         from lightning_xpu.accelerator import accelerator_class
 
         return accelerator_class(default_namespace())
+    if name == "__version__":  # not imported at start-up: the hook imports this package in every Python
+        from lightning_xpu._version import __version__
+
+        return __version__
     if name == "report":  # `lightning_xpu.report()` prints the patch report (issue 13)
         from lightning_xpu.patch_report import print_patch_report
 
