@@ -626,3 +626,20 @@ def write_tag_files(prefix: Path) -> None:
     for path, text in expected_tag_files(prefix).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+def add_what_pack_imports(site: Path) -> None:
+    """Into SITE (a site-packages): what pack's check imports from the unpacked copy, lightning_xpu (copied) and a
+    stand-in `lightning` (the real one needs torch, hundreds of MB)."""
+    (site / "lightning").mkdir()
+    (site / "lightning" / "__init__.py").write_text('"""A stand-in: pack imports it from the unpacked copy."""\n')
+    shutil.copytree(REPO / "lightning_xpu", site / "lightning_xpu", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def stand_in_venv(dest: Path) -> Path:
+    """A venv of its own (no --system-site-packages, so pack tries the image WITH the base interpreter first) that
+    pack can image: add_what_pack_imports."""
+    subprocess.run([base_python(), "-m", "venv", "--without-pip", str(dest)], check=True)
+    (site,) = dest.glob("lib/python3*/site-packages")
+    add_what_pack_imports(site)
+    return dest

@@ -329,11 +329,9 @@ def test_a_conda_build_is_packed_into_images_readable_like_the_build(
                  env={**os.environ, "LIGHTNING_XPU_TOOLS_DIR": str(root / ".tools")})  # fmt: skip
     assert made.returncode == 0, made.stderr
     # What pack's check imports from the unpacked copy: lightning_xpu and a stand-in `lightning` (the real one needs
-    # torch), as tests/install/test_pack_squashfs.py gives its stand-in venv.
+    # torch), as the harness's stand-in venv has.
     (site,) = env.glob("lib/python3*/site-packages")
-    (site / "lightning").mkdir()
-    (site / "lightning" / "__init__.py").write_text('"""A stand-in: pack imports it from the unpacked copy."""\n')
-    shutil.copytree(h.REPO / "lightning_xpu", site / "lightning_xpu", ignore=shutil.ignore_patterns("__pycache__"))
+    h.add_what_pack_imports(site)
     packed = subprocess.run([sys.executable, "-B", "-m", "lxpu_admin.envside.pack", "make", str(env), h.SITE, "packed"],
                             env={**os.environ, "PYTHONPATH": str(ENGINE), "LIGHTNING_XPU_PACK": "1"},
                             capture_output=True, text=True, timeout=600, check=False)  # fmt: skip

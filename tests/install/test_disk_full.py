@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -144,17 +143,6 @@ def test_disk_full_in_the_conda_layer_names_disk_space_not_the_channels(small_fs
     assert not env.exists() and not list(envs.glob(".tmp.*")), sorted(envs.iterdir())
 
 
-def stand_in_venv(dest: Path) -> Path:
-    """A venv of its own (no --system-site-packages, so pack tries the image WITH the base interpreter first, ten
-    times the size of the one without) that imports what pack's check imports: lightning_xpu (copied) and a
-    stand-in `lightning` (the real one needs torch, hundreds of MB)."""
-    subprocess.run([h.base_python(), "-m", "venv", "--without-pip", str(dest)], check=True)
-    (site,) = dest.glob("lib/python3*/site-packages")
-    (site / "lightning").mkdir()
-    (site / "lightning" / "__init__.py").write_text('"""A stand-in: pack imports it from the unpacked copy."""\n')
-    shutil.copytree(h.REPO / "lightning_xpu", site / "lightning_xpu", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
-
 
 @pytest.mark.parametrize("full", ["image directory", "check directory"])
 def test_disk_full_in_pack_fails_the_image_never_a_degraded_one_as_ok(full: str, small_fs: Mount,
@@ -164,10 +152,10 @@ def test_disk_full_in_pack_fails_the_image_never_a_degraded_one_as_ok(full: str,
     check = tmp_path / "check"
     if full == "image directory":
         disk = small_fs(tmp_path / "small disk", "4m")
-        env = stand_in_venv(disk / "env")
+        env = h.stand_in_venv(disk / "env")
         check.mkdir()
     else:
-        env = stand_in_venv(tmp_path / "env")
+        env = h.stand_in_venv(tmp_path / "env")
         disk = small_fs(check, "8m")
     done = subprocess.run(
         [str(env / "bin" / "python"), "-B", "-m", "lxpu_admin.envside.pack", "make", str(env), h.SITE, h.TAG],

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +22,6 @@ pytestmark = pytest.mark.install
 
 ENGINE = paths.LIB  # what PYTHONPATH holds to find the admin package
 
-
-def _stand_in_venv(dest: Path) -> Path:
-    """A venv of its own that imports what pack's check imports: lightning_xpu (copied) and a stand-in
-    `lightning` (the real one needs torch)."""
-    subprocess.run([h.base_python(), "-m", "venv", "--without-pip", str(dest)], check=True)
-    (site,) = dest.glob("lib/python3*/site-packages")
-    (site / "lightning").mkdir()
-    (site / "lightning" / "__init__.py").write_text('"""A stand-in: pack imports it from the unpacked copy."""\n')
-    shutil.copytree(h.REPO / "lightning_xpu", site / "lightning_xpu", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
 
 
 def _pack(env: Path, path: str) -> subprocess.CompletedProcess[str]:
@@ -49,7 +38,7 @@ def _pack_env(env: Path) -> dict[str, str]:
 
 
 def test_the_install_writes_a_squashfs_image_of_the_checked_copy(tmp_path: Path) -> None:
-    env = _stand_in_venv(tmp_path / "env")
+    env = h.stand_in_venv(tmp_path / "env")
     done = _pack(env, os.environ["PATH"])
     assert done.returncode == 0, done.stdout + done.stderr
     fields = _pack_env(env)
@@ -74,7 +63,7 @@ def test_the_install_writes_a_squashfs_image_of_the_checked_copy(tmp_path: Path)
 
 
 def test_without_mksquashfs_one_line_and_the_tar_image_alone(tmp_path: Path) -> None:
-    env = _stand_in_venv(tmp_path / "env")
+    env = h.stand_in_venv(tmp_path / "env")
     tools = tmp_path / "bin"
     tools.mkdir()
     for directory in ("/usr/local/bin", "/usr/bin"):
