@@ -97,9 +97,8 @@ def _same_outcome(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
     )
 
 
-@pytest.mark.parametrize(("launch", "run"), CASES)
-def test_connector_choices_are_unpatched_lightnings(probes, launch: str, run: str) -> None:
-    patched, unpatched = probes[(launch, True)][run], probes[(launch, False)][run]
+def assert_same_choices(patched: dict[str, Any], unpatched: dict[str, Any]) -> None:
+    """One probe's run with and without lightning_xpu: the same decision points, each with the same outcome."""
     assert patched["xpu_registered"] and not unpatched["xpu_registered"]  # each side is what it claims
     assert [label for label, _ in patched["points"]] == [label for label, _ in unpatched["points"]]
     differences = [
@@ -108,6 +107,12 @@ def test_connector_choices_are_unpatched_lightnings(probes, launch: str, run: st
         if not _same_outcome(mine, theirs)
     ]
     assert not differences, f"{len(differences)} of {len(patched['points'])} differ:\n" + "\n".join(differences[:5])
+
+
+@pytest.mark.parametrize(("launch", "run"), CASES)
+def test_connector_choices_are_unpatched_lightnings(probes, launch: str, run: str) -> None:
+    patched, unpatched = probes[(launch, True)][run], probes[(launch, False)][run]
+    assert_same_choices(patched, unpatched)
 
 
 @pytest.mark.parametrize(("launch", "run"), CASES)

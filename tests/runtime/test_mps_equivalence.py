@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from lightning_grid import newest_lightning_only
-from test_equivalence import PROBE, _environment, _same_outcome
+from test_equivalence import PROBE, _environment, assert_same_choices
 
 RUNS = ("lightning:mps", "standalone:mps")
 # Two fresh interpreters: once per CI run, on the newest Lightning, like the equivalence grid.
@@ -41,14 +41,7 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict[str, Any
 @pytest.mark.parametrize("run", RUNS)
 def test_mps_choices_are_unpatched_lightnings(probes: dict[bool, dict[str, Any]], run: str) -> None:
     patched, unpatched = probes[True][run], probes[False][run]
-    assert patched["xpu_registered"] and not unpatched["xpu_registered"]  # each side is what it claims
-    assert [label for label, _ in patched["points"]] == [label for label, _ in unpatched["points"]]
-    differences = [
-        f"{label}\n  with lightning_xpu:    {mine}\n  without lightning_xpu: {theirs}"
-        for (label, mine), (_, theirs) in zip(patched["points"], unpatched["points"])
-        if not _same_outcome(mine, theirs)
-    ]
-    assert not differences, f"{len(differences)} of {len(patched['points'])} differ:\n" + "\n".join(differences[:5])
+    assert_same_choices(patched, unpatched)
 
 
 @pytest.mark.parametrize("run", RUNS)
