@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from multinode_cluster import Cluster, RankEnvironment, submit_and_wait
@@ -123,6 +124,14 @@ def _job(directory: Path, modulepath: Path, user_base: Path, node_local: Path, *
 def _staged(output: str) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in output.splitlines() if line.startswith(("shared-root", "staged")))
 
+
+def _staged_where(job: Any, node_local: Path, root: str, layer: str) -> dict[str, str]:
+    """What the job printed of its staging, checked to be ROOT and LAYER in the job's private directory."""
+    staged = _staged(job.output)
+    private = f"{node_local}/lxpu-{os.getuid()}/stage.{job.job_id}"
+    assert staged["staged-root"] == f"{private}/{root}", job.describe()
+    assert staged["staged-layer"] == f"{private}/{layer}", job.describe()
+    return staged
 
 def _host_mounts(cluster: Cluster, host: str) -> list[str]:
     """The mount points in HOST's own mount namespace (its slurmd's, which every task there inherits)."""
@@ -232,10 +241,7 @@ def test_ddp_runs_from_squashfs_mounts_with_the_user_layer_and_leaves_nothing(
 ) -> None:
     job, node_local = _run(cluster, tmp_path, modulepath, user_base)
     assert (job.state, job.exit_code) == ("COMPLETED", "0:0"), f"{job.describe()}\n{cluster.log_tails()}"
-    staged = _staged(job.output)
-    private = f"{node_local}/lxpu-{os.getuid()}/stage.{job.job_id}"
-    assert staged["staged-root"] == f"{private}/mount.2.13-cpu", job.describe()
-    assert staged["staged-layer"] == f"{private}/mount.layer", job.describe()
+    staged = _staged_where(job, node_local, "mount.2.13-cpu", "mount.layer")
     (line,) = _mode_lines(job.output)
     assert line.startswith("lightning-xpu-stage: mount staging: the image mounted (squashfuse)"), line
     # The image the install wrote, recorded in the manifest (and so in the build's RECORD) with its sha256.
@@ -267,10 +273,7 @@ def test_without_squashfuse_the_job_copies_and_says_why_in_one_line(
                 (tools / command.name).symlink_to(command)
     job, node_local = _run(cluster, tmp_path, modulepath, user_base, path=str(tools))
     assert (job.state, job.exit_code) == ("COMPLETED", "0:0"), f"{job.describe()}\n{cluster.log_tails()}"
-    staged = _staged(job.output)
-    private = f"{node_local}/lxpu-{os.getuid()}/stage.{job.job_id}"
-    assert staged["staged-root"] == f"{private}/2.13-cpu", job.describe()
-    assert staged["staged-layer"] == f"{private}/layer", job.describe()
+    staged = _staged_where(job, node_local, "2.13-cpu", "layer")
     (line,) = _mode_lines(job.output)
     assert line.startswith("lightning-xpu-stage: copy staging: copied to ") and "squashfuse not found on PATH" in line
     _assert_ranks_from(_ranks(tmp_path), cluster, staged["staged-root"], staged["staged-layer"], "copy")
@@ -284,7 +287,7 @@ def test_a_conda_build_mounts_the_same_way(
     _with_layer(conda_modulepath, user_base)
     job, node_local = _run(cluster, tmp_path, conda_modulepath, user_base)
     assert (job.state, job.exit_code) == ("COMPLETED", "0:0"), f"{job.describe()}\n{cluster.log_tails()}"
-    staged = _staged(job.output)
+    staged = _staged_where(job, node_local, "mount.2.13-cpu", "mount.layer")
     assert Path(staged["shared-root"], "conda-meta").is_dir(), staged
     (line,) = _mode_lines(job.output)
     assert line.startswith("lightning-xpu-stage: mount staging:"), line
