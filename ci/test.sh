@@ -233,6 +233,7 @@ start_service() {
 }
 
 now() { printf '%s' "$EPOCHREALTIME"; }
+disk_free() { df -h --output=avail "$LXPU_REPO_ROOT" | tail -n 1 | tr -d ' '; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 RUN_START="$(now)"
@@ -290,7 +291,7 @@ make_shared_install() {
     export LXPU_SHARED_INSTALL_HOME="$SHARED_HOME"
 }
 ! needs readme-install || make_shared_install
-ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s)"
+ci_log "ready after $(elapsed "$RUN_START") s: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(hostname -s), $(disk_free) free on the disk"
 
 rm -rf "$RESULTS_DIR"
 mkdir -p "$RESULTS_DIR/tmp"
@@ -326,7 +327,9 @@ run_pytest_as() {
         --junitxml="$report" --timeout="$TIMEOUT" -p no:cacheprovider \
         --basetemp="$RESULTS_DIR/tmp/$run" || rc=$?
     case "$rc" in
-        0) return 0 ;;
+        # A passing run's directory goes (its install tests' prefixes are about 1 GiB each; sealed builds are
+        # read-only, which stops rm where the run is not root's); a failing run's stays for diagnosis.
+        0) chmod -R u+w "$RESULTS_DIR/tmp/$run" 2>/dev/null || true; rm -rf "$RESULTS_DIR/tmp/$run"; return 0 ;;
         5) printf -- '--- FAILED: no tests collected by pytest %s\n' "$*" ;;
         *) printf -- '--- FAILED: pytest %s exited %s\n' "$*" "$rc" ;;
     esac
@@ -485,7 +488,8 @@ run_stage() {
         printf '%s\n' "${STAGE_REPORTS[@]}" >"$RESULTS_DIR/$CURRENT_STAGE.reports"
     fi
     [[ "$result" != FAILED ]] || : >"$RESULTS_DIR/$CURRENT_STAGE.failed"
-    printf -- '---- stage %s %s in %s s\n' "$CURRENT_STAGE" "$result" "$duration"
+    # The disk's free space after each stage: install tests fill it fastest (a full disk fails them all at once).
+    printf -- '---- stage %s %s in %s s (%s free on the disk)\n' "$CURRENT_STAGE" "$result" "$duration" "$(disk_free)"
     printf '%-11s %-8s %8s s  %s\n' "$CURRENT_STAGE" "$result" "$duration" "$counts" >"$RESULTS_DIR/$CURRENT_STAGE.row"
 }
 

@@ -12,9 +12,11 @@ import copy
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -41,6 +43,15 @@ def require_service(name: str, available: bool, why: str) -> None:
     if os.environ.get("LXPU_REQUIRE_SERVICES") == "1":
         pytest.fail(message + " (LXPU_REQUIRE_SERVICES=1: CI must provide it; see ci/)")
     pytest.skip(message)
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Iterator[Path]:
+    """pytest's tmp_path, made removable when the test ends: installs seal their builds read-only, and pytest's
+    removal of a passing test's directory (`tmp_path_retention_policy = "failed"`) skips what it cannot delete."""
+    yield tmp_path
+    # chmod -R does not follow symbolic links; a tree another account owns is root's to change (CI runs as root).
+    subprocess.run(["chmod", "-R", "u+w", "--", str(tmp_path)], capture_output=True, check=False)
 
 
 def register_stand_in_ccl_backend() -> None:
