@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,43 @@ def mounted_under(local: Path) -> bool:
     return any(line.split()[1].startswith(str(local)) for line in mounts if len(line.split()) > 1)
 
 
+@contextmanager
+def traced_staging(stage: Path, trace: Path, env: dict[str, str], work: Path, timeout: float) -> Iterator[str]:
+    """`--shell` under `strace -f`: what it printed, while what it staged is in place. Mount mode leaves a holder
+    per node (`--hold-node` and squashfuse), which strace follows and waits for; so the printed lines come through a
+    file, and on leaving `--cleanup` ends the holder, then strace ends and TRACE is complete (the holder's own
+    operations, squashfuse's open of the image among them, count with the staging)."""
+    tool = shutil.which("strace")
+    if tool is None:
+        sys.exit("staging_modes.py: strace not found: install it (apt-get install strace)")
+    out, status, log = (trace.with_suffix(suffix) for suffix in (".out", ".rc", ".log"))
+    wrapper = '"$@" >"$LXPU_BENCH_OUT"; echo "$?" >"$LXPU_BENCH_RC"'
+    with log.open("w") as errors:
+        tracer = subprocess.Popen(
+            [tool, "-f", "-qq", "-y", "-e", "trace=%file", "-o", str(trace), "bash", "-c", wrapper, "staging",
+             str(stage), "--shell"],
+            env={**env, "LXPU_BENCH_OUT": str(out), "LXPU_BENCH_RC": str(status)}, cwd=work,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while not status.exists() or not status.read_text().strip():
+            if tracer.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"staging_modes.py: {stage} --shell under strace did not finish: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        if status.read_text().strip() != "0":
+            sys.exit(f"staging_modes.py: {stage} --shell failed ({status.read_text().strip()}): "
+                     f"{log.read_text()[-2000:]}")  # fmt: skip
+        yield out.read_text()
+    finally:
+        subprocess.run([str(stage), "--cleanup"], env=env, cwd=work, capture_output=True, timeout=timeout,
+                       check=False)  # fmt: skip
+        try:
+            tracer.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            tracer.kill()
+            tracer.wait()
+
+
 def stage_once(stage: Path, env: dict[str, str], work: Path, timeout: float) -> float:
     """Seconds of one untraced `--shell` into a fresh job directory; the copy or mount removed after."""
     started = time.perf_counter()
@@ -68,24 +108,25 @@ def measure_mode(root: Path, mode: str, layer: Path | None, ranks: int, repeats:
         classifier = Classifier.build(shared, [base_prefix(root / "bin" / "python")], work, [local])
         env = layer_env(shared_env(root), layer)
         result: dict[str, Any] = {"mode": mode, "layer": str(layer) if layer else None}
-        stage_shared, rank_env = 0, env
-        if mode != "none":
+        stage_shared = 0
+        if mode == "none":
+            strace(["python", "-c", code], Path(tmp) / "rank.trace", env, work, timeout)
+        else:
             env.update(LIGHTNING_XPU_STAGE=mode, LIGHTNING_XPU_STAGE_DIR=str(local),
                        LIGHTNING_XPU_STAGE_JOB=f"modes-{mode}")  # fmt: skip
-            exports = strace([str(stage), "--shell"], Path(tmp) / "stage.trace", env, work, timeout)
-            used = "mount" if mounted_under(local) else "copy"
-            if "LIGHTNING_XPU_STAGED=" not in exports or used != mode:
-                subprocess.run([str(stage), "--cleanup"], env=env, capture_output=True, check=False)
-                why = f"staged as {used}" if "LIGHTNING_XPU_STAGED=" in exports else "nothing staged"
+            with traced_staging(stage, Path(tmp) / "stage.trace", env, work, timeout) as exports:
+                used = "mount" if mounted_under(local) else "copy"
+                staged = "LIGHTNING_XPU_STAGED=" in exports
+                if staged and used == mode:
+                    strace(["python", "-c", code], Path(tmp) / "rank.trace", staged_env(exports, env), work, timeout)
+            if not staged or used != mode:
+                why = f"staged as {used}" if staged else "nothing staged"
                 return {**result, "available": False,
                         "why": f"{why}: this build's lightning-xpu-stage does not offer {mode} here"}
             result["stage"] = count(Path(tmp) / "stage.trace", classifier)
             stage_shared = result["stage"]["shared"]
-            rank_env = staged_env(exports, env)
-        strace(["python", "-c", code], Path(tmp) / "rank.trace", rank_env, work, timeout)
         result["rank"] = count(Path(tmp) / "rank.trace", classifier)
         if mode != "none":
-            subprocess.run([str(stage), "--cleanup"], env=env, capture_output=True, check=False)
             seconds = []
             for n in range(repeats):
                 env["LIGHTNING_XPU_STAGE_JOB"] = f"modes-{mode}-timed-{n}"
