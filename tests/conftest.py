@@ -8,11 +8,12 @@ grid's subprocesses call directly) is the one simulation of NVIDIA GPUs, for tes
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.util
 import os
-import subprocess
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,8 +51,14 @@ def tmp_path(tmp_path: Path) -> Iterator[Path]:
     """pytest's tmp_path, made removable when the test ends: installs seal their builds read-only, and pytest's
     removal of a passing test's directory (`tmp_path_retention_policy = "failed"`) skips what it cannot delete."""
     yield tmp_path
-    # chmod -R does not follow symbolic links; a tree another account owns is root's to change (CI runs as root).
-    subprocess.run(["chmod", "-R", "u+w", "--", str(tmp_path)], capture_output=True, check=False)
+    # In Python, not chmod: a test may have emptied PATH. os.walk follows no link to a directory; a tree another
+    # account owns is root's to change (CI runs as root), and left as it is elsewhere.
+    for root, directories, _files in os.walk(tmp_path):
+        for path in [root, *(os.path.join(root, name) for name in directories)]:
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if stat.S_ISDIR(mode) and (mode & 0o700) != 0o700:
+                    os.chmod(path, mode | 0o700)
 
 
 def register_stand_in_ccl_backend() -> None:
