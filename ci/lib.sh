@@ -65,6 +65,12 @@ ci_python311() {
         || ci_die "$PYTHON_BIN is not Python 3.11 (the local torch wheel is cp311): set LXPU_PYTHON_BIN to a python3.11"
 }
 
+# The single-node cluster's state directory and its private configuration: ci/services/slurm.sh writes it and
+# starts the daemons with it (-f), ci/test.sh exports it as SLURM_CONF to every test. The machine's own
+# /etc/slurm is never read or written (a Slurm daemon already on Slurm's ports stops `start` with one line).
+ci_slurm_state_dir() { printf '%s' "${LXPU_SLURM_STATE_DIR:-/var/lib/lightning-xpu-ci/slurm}"; }
+ci_slurm_conf() { printf '%s/slurm.conf' "$(ci_slurm_state_dir)"; }
+
 # The slurm.conf lines both CI clusters share (ci/services/slurm.sh: one host; ci/multinode/up.sh: two): root
 # daemons, munge, no accounting, CPUs as the consumable, and no mail.
 ci_slurm_common_conf() {

@@ -17,7 +17,8 @@
 #   LXPU_MPICH_MPIEXEC       MPICH's Hydra mpiexec (/usr/bin/mpiexec.mpich)
 #   LXPU_LMOD_INIT           Lmod's bash init (/usr/share/lmod/lmod/init/bash), to source under set -u
 #   OMP_NUM_THREADS          1 unless already set (many ranks share 2 cores)
-# Slurm: /etc/slurm/slurm.conf, default partition pvc9, node `hostname -s`; munge is running.
+#   SLURM_CONF               the single-node cluster's configuration (ci_slurm_conf, ci/lib.sh; never /etc/slurm)
+# Slurm: default partition pvc9, node `hostname -s`; munge is running.
 # The venv running a pytest comes first on its PATH (python, pytest, ruff).
 set -euo pipefail
 # shellcheck source=ci/lib.sh
@@ -264,6 +265,8 @@ export LXPU_IMPI_MPIEXEC="$LXPU_REPO_ROOT/build/venvs/impi/bin/mpiexec"
 export LXPU_MPICH_MPIEXEC=/usr/bin/mpiexec.mpich
 export LXPU_LMOD_INIT=/usr/share/lmod/lmod/init/bash
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+SLURM_CONF="$(ci_slurm_conf)"
+export SLURM_CONF
 if needs impi; then
     [[ -x "$LXPU_IMPI_MPIEXEC" ]] || ci_die "$LXPU_IMPI_MPIEXEC is missing: run bash ci/services/install.sh impi"
 fi

@@ -2,8 +2,10 @@
 # Starts, stops or reports a single-node Slurm cluster on this machine (no systemd: we run slurmctld
 # and slurmd ourselves). `start` begins from a clean state: a fresh state directory, so no drained
 # node or stale job survives from an earlier run. The configuration is generated from the machine and
-# written to /etc/slurm/slurm.conf, where every Slurm command (sbatch, srun, sinfo) finds it without
-# SLURM_CONF. Choices that matter here (each learnt from a failure, see the project's research notes):
+# written to the state directory (ci_slurm_conf, ci/lib.sh), never to /etc/slurm: the daemons read it through -f,
+# Slurm's commands through SLURM_CONF (exported here for this script's own, by ci/test.sh for the tests'; a job
+# inherits it from sbatch's environment). Choices that matter here (each learnt from a failure, see the project's
+# research notes):
 #   - proctrack/linuxproc + task/none: the cgroup plugins fail in this kind of VM, and then srun
 #     "fails" with exit code 0 and the node drains;
 #   - NodeName must equal `hostname -s` or slurmd does not know which node it is;
@@ -14,8 +16,9 @@ set -euo pipefail
 # shellcheck source=ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-CONF=/etc/slurm/slurm.conf
-STATE_ROOT="${LXPU_SLURM_STATE_DIR:-/var/lib/lightning-xpu-ci/slurm}"
+STATE_ROOT="$(ci_slurm_state_dir)"
+CONF="$(ci_slurm_conf)"
+export SLURM_CONF="$CONF"
 CTLD_LOG="$STATE_ROOT/log/slurmctld.log"
 SLURMD_LOG="$STATE_ROOT/log/slurmd.log"
 CTLD_PID="$STATE_ROOT/run/slurmctld.pid"
@@ -29,13 +32,14 @@ usage() {
     cat <<USAGE
 Usage: bash ci/services/slurm.sh {start|stop|restart|status|--help}
 
-  start    generate $CONF, start slurmctld and slurmd from a clean state and wait until node
+  start    write $CONF, start slurmctld and slurmd from a clean state and wait until node
            '$NODE' (partition $PARTITION) is idle. When the cluster already runs with the same
            configuration and is healthy, only resumes a drained node.
   stop     'scontrol shutdown' and wait for both daemons to exit
   restart  stop, then start (clean state: queued and running jobs are lost)
   status   exit 0 when both daemons run and the node is usable, 1 otherwise
-State, pid files and logs: $STATE_ROOT (LXPU_SLURM_STATE_DIR overrides it).
+State, configuration, pid files and logs: $STATE_ROOT (LXPU_SLURM_STATE_DIR overrides it).
+Slurm's commands find this cluster with SLURM_CONF=$CONF (ci/test.sh exports it).
 CPUs the node advertises: $CPUS (LXPU_SLURM_CPUS overrides it). Needs munged: ci/services/munge.sh start.
 USAGE
 }
@@ -117,9 +121,9 @@ start_daemons() {
     install -d -m 0755 "$STATE_ROOT/ctld" "$STATE_ROOT/spool" "$STATE_ROOT/log" "$STATE_ROOT/run"
     printf '==== ci/services/slurm.sh start %s ====\n' "$(date -Is)" | tee -a "$CTLD_LOG" >>"$SLURMD_LOG"
     # setsid + no inherited stdio: the daemons must not keep a CI pipe open or die with our session.
-    setsid slurmctld -i </dev/null >>"$CTLD_LOG" 2>&1 || fail_with_logs "slurmctld failed to start"
+    setsid slurmctld -i -f "$CONF" </dev/null >>"$CTLD_LOG" 2>&1 || fail_with_logs "slurmctld failed to start"
     ci_wait_for 30 scontrol ping >/dev/null 2>&1 || fail_with_logs "slurmctld does not answer 'scontrol ping'"
-    setsid slurmd -N "$NODE" </dev/null >>"$SLURMD_LOG" 2>&1 || fail_with_logs "slurmd failed to start"
+    setsid slurmd -N "$NODE" -f "$CONF" </dev/null >>"$SLURMD_LOG" 2>&1 || fail_with_logs "slurmd failed to start"
     ci_wait_for 60 healthy || { resume_if_unavailable; ci_wait_for 15 healthy; } \
         || fail_with_logs "node $NODE is '$(node_state)', not idle, 60 s after start"
 }
@@ -132,9 +136,6 @@ start() {
     munge -n 2>/dev/null | unmunge >/dev/null 2>&1 || ci_die "munge does not work: run bash ci/services/munge.sh start"
     local wanted
     wanted="$(write_conf)"
-    if [[ -e "$CONF" ]] && ! grep -qxF "$MARKER: edits are overwritten; change the script instead." "$CONF"; then
-        ci_die "$CONF was not written by this script: move it away (this script owns it), then re-run start"
-    fi
     if daemons_alive; then
         if [[ "$(cat "$CONF")" == "$wanted" ]]; then
             resume_if_unavailable
@@ -147,8 +148,10 @@ start() {
     else
         stop_leftovers
     fi
+    # Every account's sbatch and srun read it: the directory and the file are world-readable.
     install -d -m 0755 "$(dirname "$CONF")"
     printf '%s\n' "$wanted" >"$CONF.tmp"
+    chmod 0644 "$CONF.tmp"
     mv -f "$CONF.tmp" "$CONF"
     start_daemons
     ci_log "Slurm running: node $NODE ($CPUS CPUs advertised) $(node_state) in partition $PARTITION"

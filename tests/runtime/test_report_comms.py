@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from lightning_grid import newest_lightning_only
 
 from lightning_xpu.commands.cli import main
 from lightning_xpu.validation import comms
@@ -144,6 +145,8 @@ def run_check(tmp_path: Path, *options: str) -> tuple[int, dict, str, Path]:
     return code, data["checks"][0], (out / "validation.md").read_text(), out
 
 
+# The communication check launches ranks of torch.distributed only: no Lightning in them, so once per CI run.
+@newest_lightning_only
 def test_on_one_node_on_cpu_the_check_measures_and_draws(tmp_path: Path) -> None:
     code, result, markdown, out = run_check(tmp_path, "--node-link-gbps", "100")
     assert (code, result["status"]) == (0, "pass"), result["reason"]
@@ -174,6 +177,7 @@ if os.environ.get("CCL_ATL_TRANSPORT") == "ofi":  # the site's setting: its all-
 DEADLINE_S = 40  # above one good attempt on a loaded 2-core runner (about 20 s), so the second one completes
 
 
+@newest_lightning_only
 def test_a_hung_first_combination_moves_on_and_names_the_one_that_works(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "site").mkdir()

@@ -1,6 +1,7 @@
-"""ONE file-hash record for a tree (a build today; SquashFS images and user layers reuse it): every file with its
-sha256 and size, written once, verifiable later, as pip's RECORD (PEP 376 / the wheel spec's RECORD format) and
-conda's paths.json do.
+"""ONE file-hash record for a tree: every file with its sha256 and size, written once, verifiable later, as pip's
+RECORD (PEP 376 / the wheel spec's RECORD format) and conda's paths.json do. A build's record lists its images too
+(share/lightning-xpu/pack: the tar and SquashFS images staging copies or mounts), so `verify` covers them. A user
+layer has none of its own: it changes with every `pip install`, and pip writes each package's RECORD in it.
 
 The format is pip's RECORD: CSV lines `path,sha256=<urlsafe base64 without padding>,size`, the path relative to the
 tree's root with `/` separators, sorted; the record lists itself with empty hash and size (as pip does). A symbolic
