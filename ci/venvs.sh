@@ -102,8 +102,15 @@ build_base() {
     printf '%s\n' "$hash" >"$BASE/$STAMP"
 }
 
+# base_site_packages: base's site-packages, resolved: a checkout whose build/venvs links to another's (the scratch
+# repositories of tests/ci) must not write its own, temporary path into the venvs it shares.
 base_site_packages() {
-    "$BASE/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    "$BASE/bin/python" -c 'import os, sysconfig; print(os.path.realpath(sysconfig.get_paths()["purelib"]))'
+}
+
+# links_to_base VENV: VENV's .pth still names base (one naming a removed path would import no torch).
+links_to_base() {
+    [[ "$(cat "$1"/lib/python3*/site-packages/lxpu-base-venv.pth 2>/dev/null)" == "$(base_site_packages)" ]]
 }
 
 # build_lightning VERSION BASE_HASH: a venv over base with lightning==VERSION (runs in the background).
@@ -111,7 +118,7 @@ build_lightning() {
     local version="$1" venv="$VENVS/lightning/$1" log="$VENVS/logs/lightning-$1.log" hash site
     local extra=()
     hash="$(inputs_hash build_lightning "$version" "$2")"
-    if is_current "$venv" "$hash"; then
+    if is_current "$venv" "$hash" && links_to_base "$venv"; then
         ci_log "lightning $version: up to date"
         return
     fi

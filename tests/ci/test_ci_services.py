@@ -7,6 +7,7 @@ that never ran as COMPLETED.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -56,14 +57,35 @@ def test_status_reports_a_usable_node(slurm_cluster: str) -> None:
     assert slurm("sinfo", "-h", "-o", "%P") == "pvc9*"
 
 
-def controller_pid_and_conf_mtime() -> tuple[str, int]:
+def slurm_config() -> dict[str, str]:
+    """`scontrol show config` as a dict."""
     config: dict[str, str] = {}
     for line in slurm("scontrol", "show", "config").splitlines():
         key, sep, value = line.partition(" = ")
         if sep:
             config[key.strip()] = value.strip()
+    return config
+
+
+def controller_pid_and_conf_mtime() -> tuple[str, int]:
+    config = slurm_config()
     pid = Path(config["SlurmctldPidFile"]).read_text().strip()
     return pid, Path(config["SLURM_CONF"]).stat().st_mtime_ns
+
+
+@pytest.mark.slurm
+def test_the_cluster_runs_on_its_own_configuration_and_never_on_etc_slurm(slurm_cluster: str) -> None:
+    """The suite's Slurm is private (issue 28): the daemons and every command read ci/lib.sh's ci_slurm_conf,
+    which ci/test.sh exports as SLURM_CONF; the machine's /etc/slurm is neither read nor written."""
+    ours = subprocess.run(["bash", "-c", 'source ci/lib.sh && ci_slurm_conf'], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    assert not ours.startswith("/etc/") and os.environ.get("SLURM_CONF") == ours
+    config = slurm_config()
+    assert config["SLURM_CONF"] == ours
+    for daemon in ("SlurmctldPidFile", "SlurmdPidFile"):
+        pid = Path(config[daemon]).read_text().strip()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[argv.index(b"-f") + 1].decode() == ours, argv
 
 
 @pytest.mark.slurm
