@@ -19,6 +19,8 @@ from pathlib import Path
 
 import tomllib
 
+from tests.runtime.launches import without_prefixes
+
 REPO = Path(__file__).resolve().parents[1]
 TOY_FIT_DIR = REPO / "scripts" / "common"
 DAWN_SCRIPTS = sorted((REPO / "scripts" / "dawn").glob("train_*.sbatch"))
@@ -54,7 +56,7 @@ def work_directory(directory: Path) -> Path:
 
 
 def job_env(setup: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIGHTNING_XPU_", "SLURM_", "PBS_", "PALS_"))}
+    env = without_prefixes(os.environ, "LIGHTNING_XPU_", "SLURM_", "PBS_", "PALS_")
     env.update(LIGHTNING_XPU_SETUP=str(setup), LIGHTNING_XPU_REPO=str(REPO), OMP_NUM_THREADS="1", **extra)
     return env
 

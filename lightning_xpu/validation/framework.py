@@ -50,6 +50,14 @@ LEVELS = tuple(LEVEL_MODULES)
 LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "PMIX_", "PALS_", "OMPI_", "HYDRA_", "TORCHELASTIC_", "PBS_")
 LAUNCHER_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE")
+# Under a launcher's prefix but no launch: where Slurm's commands find the cluster (slurm.conf(5), "SLURM_CONF: the
+# location of the Slurm configuration file"). Dropped, srun and sbatch find no cluster where a site sets it.
+SCHEDULER_CONFIGURATION = ("SLURM_CONF",)
+
+
+def is_launcher_variable(name: str) -> bool:
+    """Whether NAME is a variable by which a launcher tells a process it was launched."""
+    return (name.startswith(LAUNCHER_PREFIXES) and name not in SCHEDULER_CONFIGURATION) or name in LAUNCHER_NAMES
 
 
 class CheckFailed(Exception):
@@ -223,8 +231,7 @@ def run_checks(context: Context, only: list[str] | None = None, progress: Callab
 
 def local_env(**extra: str) -> dict[str, str]:
     """This process's environment without the launcher variables of the job it runs in, for a local launch."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(LAUNCHER_PREFIXES) and name not in LAUNCHER_NAMES}
+    env = {name: value for name, value in os.environ.items() if not is_launcher_variable(name)}
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     return env

@@ -10,6 +10,8 @@ from pathlib import Path
 import install_harness as h
 import pytest
 
+from tests.runtime.launches import without_prefixes
+
 pytestmark = [pytest.mark.install, pytest.mark.lmod]
 
 TOY_ARGS = ("--accelerator", "cpu", "--devices", "2", "--strategy", "ddp")
@@ -60,7 +62,7 @@ def test_mpiexec_ddp_inside_the_module(kind: str, good_prefix: Path, tmp_path: P
     h.require(launcher is not None, f"{kind} mpiexec")
     out = tmp_path / "ranks"
     # Outside any Slurm job (its variables removed), so the MPI launch is the only launcher in sight.
-    env = {name: value for name, value in h.job_env().items() if not name.startswith("SLURM_")}
+    env = without_prefixes(h.job_env(), "SLURM_")
     command = f"timeout -k 10 {LAUNCH_TIMEOUT_S} {h.q(str(launcher))} -n 2 " + h.toy_fit_command(
         out, *TOY_ARGS
     )

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import pytest
 
+from lightning_xpu.validation.framework import SCHEDULER_CONFIGURATION
+
 # Variables by which Lightning or lightning_xpu recognise a launch; removed before every simulated launch so
 # that the process running the tests (perhaps itself a Slurm job) does not leak into it.
 _LAUNCH_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "PMI_", "PMIX_", "MPI_LOCAL", "PALS_", "OMPI_", "PBS_",
@@ -21,11 +23,18 @@ _LAUNCH_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE
 
 
 def is_launch_variable(name: str) -> bool:
-    return name.startswith(_LAUNCH_PREFIXES) or name in _LAUNCH_NAMES
+    return (name.startswith(_LAUNCH_PREFIXES) and name not in SCHEDULER_CONFIGURATION) or name in _LAUNCH_NAMES
 
 
 def without_launch_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in environ.items() if not is_launch_variable(name)}
+
+
+def without_prefixes(environ: Mapping[str, str], *prefixes: str) -> dict[str, str]:
+    """ENVIRON without the variables of PREFIXES, but with where the scheduler's configuration is (SLURM_CONF): a
+    test outside any job still submits to CI's cluster."""
+    return {name: value for name, value in environ.items()
+            if not name.startswith(prefixes) or name in SCHEDULER_CONFIGURATION}  # fmt: skip
 
 
 # The batch script of `sbatch -N1 --ntasks-per-node=2` (job 7): no step, SLURM_PROCID=0.

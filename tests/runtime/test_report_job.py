@@ -19,6 +19,7 @@ from lightning_xpu.validation.checks import NO_XPU, Context
 from lightning_xpu.validation.framework import checks_of
 from lightning_xpu.validation.schema import check_report
 from tests.conftest import require_service
+from tests.runtime.launches import without_prefixes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,7 +75,7 @@ def write_site_job(site: str, prefix: Path) -> Path:
 
 
 def run_site_job(site: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "PBS_"))}
+    env = without_prefixes(os.environ, "SLURM_", "PBS_")
     env["PYTHONPATH"] = str(REPO)  # a --python must import lightning_xpu: it checks the options past the environment
     job = write_site_job(site, cwd.parent / f"{cwd.name}-prefix")
     return subprocess.run(["bash", str(job), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -109,7 +110,7 @@ def test_the_generic_site_job_under_sbatch(tmp_path: Path) -> None:
     submit_dir = prefix
     write_site_job("generic", prefix)
     log = tmp_path / "job.log"
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "PBS_"))}
+    env = without_prefixes(os.environ, "SLURM_", "PBS_")
     submitted = subprocess.run(["sbatch", "--parsable", "-t", "5", "-o", str(log), "validate_lightning.sh",
                                 "--prefix", str(prefix), "--tag", "2.13-cpu"], cwd=submit_dir, env=env,
                                capture_output=True, text=True, timeout=60)
