@@ -16,7 +16,7 @@ import torch
 
 from lightning_xpu.validation import FAIL, PASS, SKIP, checks, worker
 from lightning_xpu.validation.checks import NO_XPU, Context, run_check
-from lightning_xpu.validation.framework import checks_of
+from lightning_xpu.validation.framework import checks_of, local_env
 
 BY_NAME = {spec.name: spec for spec in checks_of("site")}
 
@@ -301,3 +301,14 @@ def test_the_xpu_guide_documents_every_check() -> None:
     guide = (Path(__file__).resolve().parents[2] / "docs" / "xpu-guide.md").read_text()
     section = guide.split("## Site validation job", 1)[1].split("\n## ", 1)[0]
     assert [spec.name for spec in checks_of("site") if f"`{spec.name}`" not in section] == []
+
+
+def test_a_local_launch_drops_the_jobs_launch_variables_but_keeps_where_slurm_is_configured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks' local launches must not look launched by the job around them, yet srun and sbatch inside them
+    still need the site's SLURM_CONF (a site that keeps slurm.conf elsewhere sets it for every job)."""
+    for name, value in {"SLURM_CONF": "/site/slurm.conf", "SLURM_PROCID": "1", "PMI_RANK": "1", "RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    env = local_env()
+    assert env["SLURM_CONF"] == "/site/slurm.conf"
+    assert not {"SLURM_PROCID", "PMI_RANK", "RANK"} & set(env)
