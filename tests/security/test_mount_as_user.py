@@ -83,7 +83,9 @@ def test_a_non_root_account_mounts_and_the_mount_goes_with_its_shell(accounts: A
     (mount,) = [line for line in done.stdout.splitlines() if line.split()[1:2] == [root] and "fuse" in line]
     assert mount.split()[2].startswith("fuse.squashfuse"), mount
     assert f"user_id={victim.uid}" in mount, mount  # made by the account itself, not by root
-    (line,) = done.stderr.strip().splitlines()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    (line,) = lines
     assert line == f"lightning-xpu-stage: mount staging: the image mounted (squashfuse) at {root} on each node", line
     # The shell's EXIT trap unmounted it and removed the job directory; the private directory stays.
     assert root not in Path("/proc/mounts").read_text()
