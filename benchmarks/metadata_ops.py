@@ -160,12 +160,17 @@ def count(trace: Path, classifier: Classifier) -> dict[str, Any]:
     }
 
 
-def strace(argv: Sequence[str], trace: Path, env: dict[str, str], cwd: Path, timeout: float) -> str:
-    """Run ARGV under strace (file syscalls to TRACE); its stdout."""
+def strace_command(trace: Path) -> list[str]:
+    """The strace that follows children and writes their file syscalls, paths shown, to TRACE."""
     tool = shutil.which("strace")
     if tool is None:
         sys.exit("metadata_ops.py: strace not found: install it (apt-get install strace)")
-    done = subprocess.run([tool, "-f", "-qq", "-y", "-e", "trace=%file", "-o", str(trace), *argv], env=env,
+    return [tool, "-f", "-qq", "-y", "-e", "trace=%file", "-o", str(trace)]
+
+
+def strace(argv: Sequence[str], trace: Path, env: dict[str, str], cwd: Path, timeout: float) -> str:
+    """Run ARGV under strace (file syscalls to TRACE); its stdout."""
+    done = subprocess.run([*strace_command(trace), *argv], env=env,
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         sys.exit(f"metadata_ops.py: {' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")

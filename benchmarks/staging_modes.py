@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from metadata_ops import IMPORT_CODE, Classifier, base_prefix, count, shared_env, staged_env, strace
+from metadata_ops import IMPORT_CODE, Classifier, base_prefix, count, shared_env, staged_env, strace, strace_command
 
 MODES = ("none", "copy", "mount")
 
@@ -57,15 +56,11 @@ def traced_staging(stage: Path, trace: Path, env: dict[str, str], work: Path, ti
     per node (`--hold-node` and squashfuse), which strace follows and waits for; so the printed lines come through a
     file, and on leaving `--cleanup` ends the holder, then strace ends and TRACE is complete (the holder's own
     operations, squashfuse's open of the image among them, count with the staging)."""
-    tool = shutil.which("strace")
-    if tool is None:
-        sys.exit("staging_modes.py: strace not found: install it (apt-get install strace)")
     out, status, log = (trace.with_suffix(suffix) for suffix in (".out", ".rc", ".log"))
     wrapper = '"$@" >"$LXPU_BENCH_OUT"; echo "$?" >"$LXPU_BENCH_RC"'
     with log.open("w") as errors:
         tracer = subprocess.Popen(
-            [tool, "-f", "-qq", "-y", "-e", "trace=%file", "-o", str(trace), "bash", "-c", wrapper, "staging",
-             str(stage), "--shell"],
+            [*strace_command(trace), "bash", "-c", wrapper, "staging", str(stage), "--shell"],
             env={**env, "LXPU_BENCH_OUT": str(out), "LXPU_BENCH_RC": str(status)}, cwd=work,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors)  # fmt: skip
     try:
