@@ -65,10 +65,17 @@ for line in open("/proc/self/mountinfo"):
 out = {"rank": rank, "world": world, "host": socket.gethostname(), "prefix": sys.prefix,
        "executable": sys.executable, "torch": torch.__file__, "layer_package": lxpu_layer_probe.__file__,
        "grads_equal": all(torch.equal(g, gathered[0]) for g in gathered), "mounts": mounts}
-open(os.path.join(sys.argv[1], f"rank-{rank}.json"), "w").write(json.dumps(out))
+with open(os.path.join(sys.argv[1], f"rank-{rank}.json"), "w") as handle:
+    handle.write(json.dumps(out))
+dist.barrier()
 dist.destroy_process_group()
-if os.environ.get("FAIL_RANK") == str(rank):
-    sys.exit(3)
+# Leave without interpreter finalization. destroy_process_group cannot free this world group: DDP holds it, and so
+# do the default arguments of torch/distributed/nn/functional.py (`group=group.WORLD`, bound when DDP imports it
+# after init). Gloo's threads then live into finalization, where a rank of this job once aborted ("terminate called
+# without an active exception", pytorch/pytorch#190489). This job's subject is staging, not exit.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(3 if os.environ.get("FAIL_RANK") == str(rank) else 0)
 """
 
 
