@@ -20,12 +20,13 @@ own order (`destroy_process_group()` shuts every group down, then forgets them).
 - Processes that end with `os._exit` (the children of `ddp_spawn`/`ddp_fork`, through multiprocessing) run no
   `atexit` handler and no finalisation either: nothing to do there.
 
-What it cannot do: `destroy_process_group` forgets the groups, but the C++ group (and Gloo's threads, which only its
-destructor joins) lives while anything holds it: a DDP-wrapped model (Lightning keeps it on the trainer), and the
-default arguments of torch/distributed/nn/functional.py@v2.13.0 (`group=group.WORLD`, bound to the world group
-when DDP first imports that module after init). Those are freed in finalisation. A plain torch DDP script that
-destroyed its group itself still aborted this way once in CI (one rank of four), so the abort is made rarer at
-most, not ruled out.
+What it relies on: `destroy_process_group` forgets the groups, but the C++ group, and Gloo's threads that only its
+destructor joins, live while anything else holds it. After `fit` Lightning's strategy teardown unwraps the DDP
+model, so in a Lightning run the handler leaves no Gloo thread to finalisation (tests/runtime/test_exit.py counts
+them). A plain torch script's DDP model holds the group, and so do the default arguments of
+torch/distributed/nn/functional.py@v2.13.0 (`group=group.WORLD`, bound when DDP first imports that module after
+init): such a group dies in finalisation, and a plain DDP script that destroyed its group itself aborted once so in
+CI (one rank of four).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ test's budget. So the tests check the mechanism itself, deterministically:
   Lightning's `_init_dist_connection` registers one handler that destroys it, unless the run failed;
 - in real two-rank fits (Lightning's launcher once, MPICH `mpiexec` a few times in a row): an `atexit` handler the
   script registered before the fit, which Python runs after ours (last registered, first run) and just before
-  finalisation, finds no process group left, and every rank exits 0 without an abort.
+  finalisation, finds no process group left and none of Gloo's threads still running (they were running after the
+  fit: their destructor joins them, so a group still referenced anywhere would keep them), and every rank exits 0
+  without an abort.
 """
 
 from __future__ import annotations
@@ -94,8 +96,9 @@ def test_after_an_uncaught_exception_the_group_is_left_alone(handlers, monkeypat
 
 # ---- real two-rank fits -----------------------------------------------------------------------------------------
 
-# The README's first-run script, plus a record, per process, of whether a process group is still initialised in an
-# atexit handler registered before the fit (it runs after lightning_xpu's, then the interpreter finalises).
+# The README's first-run script, plus a record, per process, of whether a process group is still initialised and how
+# many of Gloo's threads run (by the names torch gives them: "gloo_tcp_loop", "pt_gloo_runloop") after the fit and in
+# an atexit handler registered before the fit (it runs after lightning_xpu's, then the interpreter finalises).
 EXIT_FIT = """
 import atexit, os, sys
 from pathlib import Path
@@ -105,8 +108,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
+def gloo_threads():
+    tasks = os.listdir("/proc/self/task")
+    return sum("gloo" in Path(f"/proc/self/task/{task}/comm").read_text() for task in tasks)
+
 out = Path(sys.argv[1])
-atexit.register(lambda: (out / f"exit-{os.getpid()}").write_text(str(dist.is_initialized())))
+atexit.register(lambda: (out / f"exit-{os.getpid()}").write_text(f"{dist.is_initialized()} {gloo_threads()}"))
 
 class Model(L.LightningModule):
     def __init__(self):
@@ -122,7 +129,7 @@ x = torch.randn(64, 8)
 trainer = L.Trainer(devices=2, strategy="ddp", max_epochs=1, enable_progress_bar=False,
                     enable_checkpointing=False, logger=False, accelerator="cpu")
 trainer.fit(Model(), DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8))
-(out / f"trained-{os.getpid()}").write_text(f"{trainer.global_rank} {trainer.world_size}")
+(out / f"trained-{os.getpid()}").write_text(f"{trainer.global_rank} {trainer.world_size} {gloo_threads()}")
 """
 
 
@@ -136,9 +143,13 @@ def _fit_and_exit(tmp_path: Path, launch: list[str]) -> None:
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     output = f"$ {shlex.join(command)}\n(exit {done.returncode})\n{done.stdout[-4000:]}"
     assert done.returncode == 0 and "terminate called" not in done.stdout, output
-    assert sorted(path.read_text() for path in out.glob("trained-*")) == ["0 2", "1 2"], output
+    trained = sorted(path.read_text().split() for path in out.glob("trained-*"))
+    assert [fields[:2] for fields in trained] == [["0", "2"], ["1", "2"]], output
+    # Gloo's threads ran after the fit (so the count below counts something) ...
+    assert all(int(fields[2]) > 0 for fields in trained), f"no Gloo thread found after the fit: {trained}\n{output}"
+    # ... and neither a group nor one of its threads is left to finalisation.
     at_exit = sorted(path.read_text() for path in out.glob("exit-*"))
-    assert at_exit == ["False", "False"], f"process group still initialised at exit: {at_exit}\n{output}"
+    assert at_exit == ["False 0", "False 0"], f"process group or Gloo threads left at exit: {at_exit}\n{output}"
 
 
 @newest_lightning_only
