@@ -25,8 +25,8 @@ destructor joins, live while anything else holds it. After `fit` Lightning's str
 model, so in a Lightning run the handler leaves no Gloo thread to finalisation (tests/runtime/test_exit.py counts
 them). A plain torch script's DDP model holds the group, and so do the default arguments of
 torch/distributed/nn/functional.py@v2.13.0 (`group=group.WORLD`, bound when DDP first imports that module after
-init): such a group dies in finalisation, and a plain DDP script that destroyed its group itself aborted once so in
-CI (one rank of four).
+init): such a group dies in finalisation, and a plain DDP script that destroyed its group itself aborted once at
+exit in CI (one rank of four).
 """
 
 from __future__ import annotations

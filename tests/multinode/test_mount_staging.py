@@ -69,9 +69,9 @@ with open(os.path.join(sys.argv[1], f"rank-{rank}.json"), "w") as handle:
     handle.write(json.dumps(out))
 dist.barrier()
 dist.destroy_process_group()
-# Leave without interpreter finalization. destroy_process_group cannot free this world group: DDP holds it, and so
+# Leave without interpreter finalisation. destroy_process_group cannot free this world group: DDP holds it, and so
 # do the default arguments of torch/distributed/nn/functional.py (`group=group.WORLD`, bound when DDP imports it
-# after init). Gloo's threads then live into finalization, where a rank of this job once aborted ("terminate called
+# after init). Gloo's threads then live into finalisation, where a rank of this job once aborted ("terminate called
 # without an active exception", pytorch/pytorch#190489). This job's subject is staging, not exit.
 sys.stdout.flush()
 sys.stderr.flush()
